@@ -1,0 +1,53 @@
+# Set-up and test entry points. `make demo` and `make test` work on a fresh Debian/Ubuntu machine:
+# they install the Debian packages they need (as root, or through sudo) and a virtualenv in .venv.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages the test suite runs for real: promtool (prometheus), node_exporter for the
+# RDMA cross-check, iperf3 for the probe tests, amtool for the Alertmanager example.
+DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
+             iperf3:iperf3 amtool:prometheus-alertmanager
+
+.PHONY: demo test lint unit sysdeps venv clean bench
+
+demo: venv
+	$(BIN)/clusterhealth demo
+
+test: venv sysdeps lint unit
+
+unit: venv sysdeps
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: venv
+	$(BIN)/python benchmarks/metrics_latency.py
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+sysdeps:
+	@missing=""; for pair in $(DEB_TOOLS); do \
+		cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

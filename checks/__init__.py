@@ -1,0 +1,1 @@
+"""Audits, kernel-log watchers and fabric probes."""

@@ -1,0 +1,1 @@
+"""Collectors that read hardware state (NVML, sysfs) and yield metric families."""
