@@ -1,0 +1,114 @@
+"""The `clusterhealth` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from clusterhealth.agent import __version__
+from clusterhealth.agent import config as configuration
+from clusterhealth.agent import log as logsetup
+from clusterhealth.exporters.nvml_sim import ScenarioError
+
+EXIT_CONFIG = 2
+
+# Flags that override a key of the config file, and the key they override.
+OVERRIDES = {
+    "listen": "listen",
+    "sysfs_root": "paths.sysfs",
+    "procfs_root": "paths.procfs",
+    "kmsg_path": "paths.kmsg",
+    "simulate": "simulate",
+    "log_level": "log_level",
+}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (every key optional)")
+    parser.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
+    parser.add_argument("--procfs-root", metavar="DIR", help="root of procfs (default /proc)")
+    parser.add_argument("--kmsg-path", metavar="FILE", help="kernel log device (default /dev/kmsg)")
+    parser.add_argument("--simulate", metavar="SCENARIO.yaml", help="run on a simulated node (no GPU needed)")
+    parser.add_argument("--log-level", choices=configuration.LOG_LEVELS, help="default info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clusterhealth",
+        description="Health agent for GPU training clusters: exports NVML and RDMA state to Prometheus.",
+    )
+    parser.add_argument("--version", action="version", version=f"clusterhealth {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    agent = sub.add_parser("agent", help="run the daemon: serve /metrics and /healthz")
+    _common(agent)
+    agent.add_argument("--listen", metavar="HOST:PORT", help=f"default :{configuration.DEFAULT_PORT}")
+    agent.add_argument("--print-config", action="store_true", help="print the effective config and exit")
+
+    scrape = sub.add_parser("scrape", help="collect once, print the exposition, exit 0")
+    _common(scrape)
+
+    demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
+    demo.add_argument("--listen", metavar="HOST:PORT", default=f"127.0.0.1:{configuration.DEFAULT_PORT}")
+    demo.add_argument("--scenario", metavar="NAME|FILE", default="h100-faulty", help="default h100-faulty")
+    demo.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="GPU sampling interval")
+    demo.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)"
+    )
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> tuple[configuration.Config, dict[str, Any]]:
+    overrides = {
+        key: getattr(args, flag) for flag, key in OVERRIDES.items() if getattr(args, flag, None) is not None
+    }
+    return configuration.load(args.config, overrides), overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logsetup.setup(getattr(args, "log_level", None) or "info")
+    try:
+        if args.command == "agent":
+            return _agent(args)
+        if args.command == "scrape":
+            return _scrape(args)
+        if args.command == "demo":
+            from clusterhealth.agent.demo import run_demo
+
+            return run_demo(args.scenario, args.listen, args.interval, args.duration)
+    except (configuration.ConfigError, ScenarioError) as err:
+        print(f"clusterhealth: configuration error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from clusterhealth.agent.daemon import Agent
+
+    config, overrides = load_config(args)
+    if args.print_config:
+        sys.stdout.write(configuration.dump(config))
+        return 0
+    logsetup.set_level(config.log_level)
+    try:
+        agent = Agent(args.config, overrides, config)
+    except OSError as err:
+        print(f"clusterhealth: cannot listen on {config.listen}: {err.strerror}", file=sys.stderr)
+        return 1
+    return agent.run()
+
+
+def _scrape(args: argparse.Namespace) -> int:
+    from clusterhealth.agent.daemon import scrape_once
+
+    config, _ = load_config(args)
+    logsetup.set_level(config.log_level)
+    sys.stdout.buffer.write(scrape_once(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

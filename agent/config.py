@@ -1,0 +1,270 @@
+"""The configuration file: one YAML document, validated once into frozen dataclasses.
+
+Every key is optional and has a documented default (the `doc` metadata below is also what
+`clusterhealth agent --print-config` and the README's reference are made from). An unknown key, a
+wrong type or an out-of-range value raises `ConfigError` naming the file, the key path and what was
+expected; the command line turns that into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+DEFAULT_PORT = 9845
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """A configuration value that is not what the agent expects."""
+
+    def __init__(self, source: str, key: str, expected: str, got: object = dataclasses.MISSING):
+        self.source, self.key, self.expected = source, key, expected
+        detail = f"{source}: {key or '<top level>'}: expected {expected}"
+        if got is not dataclasses.MISSING:
+            detail += f", got {_show(got)}"
+        super().__init__(detail)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A config field with its documentation and bounds, checked by `load`."""
+    meta = {"doc": doc, "min": min, "max": max, "choices": choices, "check": check}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _check_listen(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return "HOST:PORT with a port between 1 and 65535 (HOST may be empty for all addresses)"
+    if host.startswith("[") != host.endswith("]"):
+        return "HOST:PORT with an IPv6 HOST in brackets, e.g. [::1]:9845"
+    return None
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    sysfs: str = setting("/sys", doc="root of the sysfs tree (containers mount the host's /sys here)")
+    procfs: str = setting("/proc", doc="root of the procfs tree")
+    kmsg: str = setting("/dev/kmsg", doc="kernel log device read by the kernel-log watcher")
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    enabled: bool = setting(True, doc="export GPU state from NVML")
+    interval_seconds: float = setting(
+        10.0, doc="how often NVML is sampled in the background", min=0.5, max=3600
+    )
+    timeout_seconds: float = setting(
+        30.0,
+        doc="a sampling run that lasts longer is reported hung: success 0 and /healthz says why",
+        min=1,
+        max=3600,
+    )
+    gpm: bool = setting(True, doc="read SM activity and occupancy from GPM where the GPU supports it")
+    gpm_min_window_seconds: float = setting(
+        1.0,
+        doc="shortest window between the two GPM samples when no earlier sample exists (first cycle)",
+        min=0.05,
+        max=60,
+    )
+    xid_events: bool = setting(True, doc="count Xid errors from NVML events in a background thread")
+
+
+@dataclass(frozen=True)
+class CollectorsConfig:
+    gpu: GpuConfig = setting(default_factory=GpuConfig, doc="the NVML GPU exporter")
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: str = setting(
+        f":{DEFAULT_PORT}", doc="HOST:PORT the agent serves /metrics and /healthz on", check=_check_listen
+    )
+    log_level: str = setting("info", doc="lowest level logged to stderr", choices=LOG_LEVELS)
+    simulate: str | None = setting(
+        None, doc="path of a simulated-node scenario (YAML); replaces the NVML library, for demos and tests"
+    )
+    paths: PathsConfig = setting(default_factory=PathsConfig, doc="roots of the trees the agent reads")
+    collectors: CollectorsConfig = setting(default_factory=CollectorsConfig, doc="collectors")
+
+
+T = TypeVar("T")
+
+
+def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read and validate a config file (None: defaults), then apply dotted-key overrides (flags)."""
+    data: Any = {}
+    source = str(path) if path is not None else "<defaults>"
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError(source, "", "a readable file", err.strerror or str(err)) from err
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"valid YAML (line {mark.line + 1})" if mark is not None else "valid YAML"
+            raise ConfigError(source, "", where, getattr(err, "problem", None) or str(err)) from err
+        if data is None:
+            data = {}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if not isinstance(data, dict):
+            break  # reported by from_mapping below
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.get(part)
+            node[part] = child = child if isinstance(child, dict) else {}
+            node = child
+        node[leaf] = value
+    return from_mapping(Config, data, source)
+
+
+def from_mapping(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
+    """Build dataclass `cls` from a parsed YAML mapping, checking every key and value."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, prefix, "a mapping of keys to values", data)
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(source, _join(prefix, str(key)), f"one of the known keys ({known})", key)
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = _convert(hints[name], data[name], f.metadata, source, _join(prefix, name))
+    return cls(**values)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _convert(hint: Any, value: Any, meta: Mapping[str, Any], source: str, key: str) -> Any:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        origin, args = get_origin(hint), get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return from_mapping(hint, value, source, key)  # type: ignore[arg-type]
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(source, key, "a list", value)
+        return tuple(_convert(args[0], item, {}, source, f"{key}[{i}]") for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, "a mapping", value)
+        return {
+            _convert(args[0], k, {}, source, key): _convert(args[1], v, {}, source, f"{key}.{k}")
+            for k, v in value.items()
+        }
+    converted = _scalar(hint, value, source, key)
+    _check_bounds(converted, meta, source, key)
+    return converted
+
+
+def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, key, "true or false", value)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(source, key, "an integer", value)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(source, key, "a number", value)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(source, key, "a string", value)
+        return value
+    raise TypeError(f"config field {key} has unsupported type {hint!r}")
+
+
+def _check_bounds(value: Any, meta: Mapping[str, Any], source: str, key: str) -> None:
+    lo, hi, choices, check = meta.get("min"), meta.get("max"), meta.get("choices"), meta.get("check")
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+        if lo is not None and hi is not None:
+            expected = f"a number between {lo:g} and {hi:g}"
+        else:
+            expected = f"a number of at least {lo:g}" if lo is not None else f"a number of at most {hi:g}"
+        raise ConfigError(source, key, expected, value)
+    if choices is not None and value not in choices:
+        raise ConfigError(source, key, "one of " + ", ".join(choices), value)
+    if check is not None:
+        problem = check(value)
+        if problem:
+            raise ConfigError(source, key, problem, value)
+
+
+def check_pattern(value: str) -> str | None:
+    """A `check=` for fields holding regular expressions."""
+    try:
+        re.compile(value)
+    except re.error as err:
+        return f"a valid regular expression ({err})"
+    return None
+
+
+def to_mapping(obj: Any) -> Any:
+    """The plain-data form of a config object, for --print-config."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_mapping(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_mapping(v) for k, v in obj.items()}
+    return obj
+
+
+def dump(config: Config) -> str:
+    return yaml.safe_dump(to_mapping(config), sort_keys=False, default_flow_style=False)
+
+
+def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key path, default, doc) for every leaf key: the README's configuration reference."""
+    rows: list[tuple[str, str, str]] = []
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = _join(prefix, f.name)
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            rows.extend(reference(hint, key))  # type: ignore[arg-type]
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        rows.append(
+            (key, yaml.safe_dump(to_mapping(default), default_flow_style=True).strip(), f.metadata["doc"])
+        )
+    return rows

@@ -1,0 +1,176 @@
+"""Wiring: builds the collectors a config asks for, runs them, serves them, reloads on SIGHUP."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from clusterhealth.agent import config as configuration
+from clusterhealth.agent import log as logsetup
+from clusterhealth.agent.exposition import Exposition
+from clusterhealth.agent.http import Server
+from clusterhealth.agent.sampling import Sampler
+from clusterhealth.exporters import nvml_sim
+from clusterhealth.exporters.gpu import GpuCollector
+from clusterhealth.exporters.nvml import NvmlSession
+from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
+
+log = logging.getLogger("clusterhealth.agent")
+
+
+@dataclass
+class Node:
+    """What outlives a config reload: the NVML session, the Xid ledger and its event thread.
+
+    Counters such as `clusterhealth_gpu_xid_errors_total` live here so a reload never resets them.
+    """
+
+    session: NvmlSession = field(default_factory=NvmlSession)
+    ledger: XidLedger = field(default_factory=XidLedger)
+    simulator: nvml_sim.SimulatedLibrary | None = None
+    xid_watcher: NvmlXidWatcher | None = None
+
+    @classmethod
+    def create(cls, config: configuration.Config) -> Node:
+        node = cls()
+        if config.simulate:
+            node.simulator = nvml_sim.install(nvml_sim.load_scenario(config.simulate))
+        return node
+
+    def sync_xid_watcher(self, config: configuration.Config, start: bool = True) -> None:
+        wanted = config.collectors.gpu.enabled and config.collectors.gpu.xid_events
+        if wanted and self.xid_watcher is None:
+            self.xid_watcher = NvmlXidWatcher(self.session, self.ledger)
+            if start:
+                self.xid_watcher.start()
+        elif not wanted and self.xid_watcher is not None:
+            self.xid_watcher.stop()
+            self.xid_watcher = None
+
+    def close(self) -> None:
+        if self.xid_watcher is not None:
+            self.xid_watcher.stop()
+        self.session.shutdown()
+
+
+def build_samplers(config: configuration.Config, node: Node) -> list[Sampler]:
+    samplers = []
+    gpu = config.collectors.gpu
+    if gpu.enabled:
+        collector = GpuCollector(
+            node.session,
+            node.ledger,
+            gpm=gpu.gpm,
+            gpm_min_window_seconds=gpu.gpm_min_window_seconds,
+        )
+        samplers.append(Sampler(collector, gpu.interval_seconds, gpu.timeout_seconds))
+    return samplers
+
+
+class Agent:
+    def __init__(self, config_path: str | None, overrides: Mapping[str, Any], config: configuration.Config):
+        self.config_path, self.overrides, self.config = config_path, overrides, config
+        self.loaded_at = time.time()
+        self.node = Node.create(config)
+        self.samplers: list[Sampler] = []
+        self.exposition = Exposition(lambda: self.samplers)
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self.server = Server(config.listen, self.exposition, lambda: self.samplers, self._health_extra)
+
+    def _health_extra(self) -> dict[str, Any]:
+        return {
+            "config": {
+                "file": self.config_path,
+                "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
+                "simulate": self.config.simulate,
+            }
+        }
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_reload)
+        self._start_collection()
+        self.server.start()
+        host, port = self.server.address[:2]
+        log.info("serving /metrics and /healthz on %s:%d", host, port)
+        while not self._stop.is_set():
+            self._reload.wait(0.5)
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload()
+        log.info("shutting down")
+        self.server.stop()
+        for sampler in self.samplers:
+            sampler.stop()
+        self.node.close()
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._reload.set()
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop()
+
+    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
+        self._reload.set()
+
+    def _start_collection(self) -> None:
+        self.node.sync_xid_watcher(self.config)
+        self.samplers = build_samplers(self.config, self.node)
+        for sampler in self.samplers:
+            sampler.start()
+
+    def reload(self) -> bool:
+        """Apply the config file again; a bad file is reported and the running config kept."""
+        if self._stop.is_set():
+            return False
+        try:
+            new = configuration.load(self.config_path, self.overrides)
+        except configuration.ConfigError as err:
+            log.error("reload failed, keeping the running configuration: %s", err)
+            return False
+        if new.listen != self.config.listen:
+            log.warning("listen address changed to %s; it takes effect on restart", new.listen)
+        if new.simulate != self.config.simulate:
+            log.warning("simulate changed to %s; it takes effect on restart", new.simulate)
+        logsetup.set_level(new.log_level)
+        old = self.samplers
+        for sampler in old:
+            sampler.stop(wait=0)
+        self.config, self.loaded_at = new, time.time()
+        self._start_collection()
+        log.info("configuration reloaded from %s", self.config_path or "defaults")
+        return True
+
+
+def scrape_once(config: configuration.Config) -> bytes:
+    """One collection of every enabled collector, rendered; for `clusterhealth scrape`."""
+    node = Node.create(config)
+    try:
+        node.sync_xid_watcher(config, start=False)
+        if node.xid_watcher is not None:
+            node.xid_watcher.drain()
+        samplers = build_samplers(config, node)
+        for sampler in samplers:
+            sampler.run_once()
+        return Exposition(lambda: samplers).render()
+    finally:
+        node.close()
+
+
+def default_scenario(name: str) -> Path:
+    return nvml_sim.SCENARIO_DIR / f"{name}.yaml"
+
+
+def samplers_summary(samplers: Sequence[Sampler]) -> str:
+    return ", ".join(f"{s.name} every {s.interval:g}s" for s in samplers) or "no collectors"

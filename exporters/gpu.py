@@ -1,0 +1,559 @@
+"""GPU state from NVML: read into typed records (units converted once, here), then mapped to metrics.
+
+Reading and exporting are separate: `read_gpu` turns NVML answers into a `GpuReading` whose fields
+carry their unit in their name; `GpuCollector.collect` maps readings to metric families. Every NVML
+call goes through `NvmlSession` (exporters/nvml.py), which owns the error policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from clusterhealth.exporters.nvml import GpuGone, NvmlSession, error_name
+from clusterhealth.exporters.xid import UNKNOWN_GPU, XidLedger
+
+log = logging.getLogger("clusterhealth.gpu")
+
+# Clock-event (formerly "throttle") reasons, as named in SPEC, with NVML's bit for each.
+CLOCK_EVENT_REASONS = (
+    ("gpu_idle", pynvml.nvmlClocksEventReasonGpuIdle),
+    ("applications_clocks_setting", pynvml.nvmlClocksEventReasonApplicationsClocksSetting),
+    ("sw_power_cap", pynvml.nvmlClocksEventReasonSwPowerCap),
+    ("hw_slowdown", pynvml.nvmlClocksEventReasonHwSlowdown),
+    ("sync_boost", pynvml.nvmlClocksEventReasonSyncBoost),
+    ("sw_thermal_slowdown", pynvml.nvmlClocksEventReasonSwThermalSlowdown),
+    ("hw_thermal_slowdown", pynvml.nvmlClocksEventReasonHwThermalSlowdown),
+    ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
+    ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
+)
+NVLINK_ERRORS = (
+    ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+    ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
+    ("replay", pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+    ("recovery", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
+)
+ECC_KINDS = (
+    ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+    ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+)
+ECC_SCOPES = (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC))
+MHZ = 1e6
+
+
+@dataclass
+class NvlinkReading:
+    link: int
+    up: bool
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class GpuReading:
+    """One GPU at one instant. None means NVML could not tell; the series is then absent."""
+
+    index: int
+    uuid: str
+    up: bool
+    down_reason: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    serial: str | None = None
+    vbios_version: str | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    utilization_ratio: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    sm_clock_hertz: float | None = None
+    sm_clock_max_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    clocks_event_reasons: int | None = None  # NVML bitmask
+    performance_state: int | None = None
+    temperature_gpu_celsius: float | None = None
+    temperature_memory_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    ecc_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # (error, scope) -> count
+    remapped_rows: dict[str, int] = field(default_factory=dict)  # cause -> rows
+    row_remap_pending: bool | None = None
+    row_remap_failed: bool | None = None
+    pcie_link_generation: int | None = None
+    pcie_link_generation_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    pcie_replay_errors: int | None = None
+    nvlinks: list[NvlinkReading] = field(default_factory=list)
+
+
+def _text(value: str | bytes | None) -> str | None:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
+    """Everything but GPM (which needs two samples) about one GPU. Raises GpuGone."""
+    q = s.query
+    r = GpuReading(index=index, uuid=uuid, up=True)
+    r.name = _text(q(index, "nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+    pci = q(index, "nvmlDeviceGetPciInfo_v3", pynvml.nvmlDeviceGetPciInfo_v3, handle)
+    r.pci_bus_id = _text(pci.busId) if pci is not None else None
+    r.serial = _text(q(index, "nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle))
+    r.vbios_version = _text(q(index, "nvmlDeviceGetVbiosVersion", pynvml.nvmlDeviceGetVbiosVersion, handle))
+
+    util = q(index, "nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, handle)
+    r.utilization_ratio = util.gpu / 100 if util is not None else None
+    mem = q(index, "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+    if mem is not None:
+        r.memory_used_bytes, r.memory_total_bytes = int(mem.used), int(mem.total)
+
+    clock = pynvml.nvmlDeviceGetClockInfo
+    r.sm_clock_hertz = _scaled(q(index, "nvmlDeviceGetClockInfo", clock, handle, pynvml.NVML_CLOCK_SM), MHZ)
+    r.memory_clock_hertz = _scaled(
+        q(index, "nvmlDeviceGetClockInfo", clock, handle, pynvml.NVML_CLOCK_MEM), MHZ
+    )
+    max_clock = pynvml.nvmlDeviceGetMaxClockInfo
+    r.sm_clock_max_hertz = _scaled(
+        q(index, "nvmlDeviceGetMaxClockInfo", max_clock, handle, pynvml.NVML_CLOCK_SM), MHZ
+    )
+    r.clocks_event_reasons = s.query_first(
+        index,
+        [
+            ("nvmlDeviceGetCurrentClocksEventReasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons),
+            # Drivers before R535 only know the older name of the same bitmask.
+            ("nvmlDeviceGetCurrentClocksThrottleReasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons),
+        ],
+        handle,
+    )
+    pstate = q(index, "nvmlDeviceGetPerformanceState", pynvml.nvmlDeviceGetPerformanceState, handle)
+    r.performance_state = pstate if pstate is not None and 0 <= pstate <= 15 else None
+
+    r.temperature_gpu_celsius = q(
+        index,
+        "nvmlDeviceGetTemperature",
+        pynvml.nvmlDeviceGetTemperature,
+        handle,
+        pynvml.NVML_TEMPERATURE_GPU,
+    )
+    r.temperature_memory_celsius = _field_value(s, index, handle, pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    r.power_watts = _scaled(q(index, "nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3)
+    r.power_limit_watts = _scaled(
+        q(index, "nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3
+    )
+    r.energy_joules = _scaled(
+        q(index, "nvmlDeviceGetTotalEnergyConsumption", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle),
+        1e-3,
+    )
+
+    for kind, kind_id in ECC_KINDS:
+        for scope, scope_id in ECC_SCOPES:
+            count = q(
+                index,
+                "nvmlDeviceGetTotalEccErrors",
+                pynvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                kind_id,
+                scope_id,
+            )
+            if count is not None:
+                r.ecc_errors[(kind, scope)] = int(count)
+    remap = q(index, "nvmlDeviceGetRemappedRows", pynvml.nvmlDeviceGetRemappedRows, handle)
+    if remap is not None:
+        correctable, uncorrectable, pending, failed = remap
+        r.remapped_rows = {"correctable": int(correctable), "uncorrectable": int(uncorrectable)}
+        r.row_remap_pending, r.row_remap_failed = bool(pending), bool(failed)
+
+    r.pcie_link_generation = q(
+        index, "nvmlDeviceGetCurrPcieLinkGeneration", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle
+    )
+    r.pcie_link_generation_max = q(
+        index, "nvmlDeviceGetMaxPcieLinkGeneration", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle
+    )
+    r.pcie_link_width = q(
+        index, "nvmlDeviceGetCurrPcieLinkWidth", pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle
+    )
+    r.pcie_link_width_max = q(
+        index, "nvmlDeviceGetMaxPcieLinkWidth", pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle
+    )
+    r.pcie_replay_errors = q(
+        index, "nvmlDeviceGetPcieReplayCounter", pynvml.nvmlDeviceGetPcieReplayCounter, handle
+    )
+    r.nvlinks = _read_nvlinks(s, index, handle)
+    return r
+
+
+def _field_value(s: NvmlSession, index: int, handle: Any, field_id: int) -> float | None:
+    values = s.query(index, "nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues, handle, [field_id])
+    if values is None:
+        return None
+    v = values[0]
+    if v.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    member = {
+        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    }.get(v.valueType)
+    return float(getattr(v.value, member)) if member else None
+
+
+def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading]:
+    links = []
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            active = pynvml.nvmlDeviceGetNvLinkState(handle, link)
+        except pynvml.NVMLError as err:
+            # Past the GPU's last link NVML answers InvalidArgument; a GPU without NVLink NotSupported.
+            if err.value in (pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                break
+            s.failed(index, "nvmlDeviceGetNvLinkState", err)
+            continue
+        reading = NvlinkReading(link=link, up=active == pynvml.NVML_FEATURE_ENABLED)
+        for name, counter in NVLINK_ERRORS:
+            value = s.query(
+                index,
+                "nvmlDeviceGetNvLinkErrorCounter",
+                pynvml.nvmlDeviceGetNvLinkErrorCounter,
+                handle,
+                link,
+                counter,
+            )
+            if value is not None:
+                reading.errors[name] = int(value)
+        links.append(reading)
+    return links
+
+
+@dataclass
+class _GpmSample:
+    uuid: str
+    sample: Any
+
+
+class GpuCollector:
+    """The `gpu` collector: every GPU metric of SPEC, one GPU's failure never hiding the others."""
+
+    name = "gpu"
+
+    def __init__(
+        self,
+        session: NvmlSession,
+        ledger: XidLedger,
+        *,
+        gpm: bool = True,
+        gpm_min_window_seconds: float = 1.0,
+    ):
+        self.session, self.ledger = session, ledger
+        self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
+        self._uuids: dict[int, str] = {}  # static per index; kept so a lost GPU keeps its uuid label
+        self._down: dict[int, str] = {}
+        self._gpm_support: dict[str, bool] = {}
+        self._gpm_previous: dict[int, _GpmSample] = {}
+
+    def collect(self) -> list[Metric]:
+        s = self.session
+        s.ensure_init()
+        count = s.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+        driver = _text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+        cuda = s.system("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        handles: dict[int, Any] = {}
+        readings = [self._read(i, count, handles) for i in range(max(count, len(self._uuids)))]
+        if self.gpm:
+            self._read_gpm(readings, handles)
+        for message in s.take_new_errors():
+            log.warning("%s", message)
+        return self._families(readings, driver, cuda)
+
+    def close(self) -> None:
+        for previous in self._gpm_previous.values():
+            self.session.query(-1, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, previous.sample)
+        self._gpm_previous.clear()
+
+    def _read(self, index: int, count: int, handles: dict[int, Any]) -> GpuReading:
+        s = self.session
+        try:
+            if index >= count:
+                raise GpuGone(index, "nvmlDeviceGetCount", pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND))
+            handle = s.require(index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            uuid = _text(s.require(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)) or ""
+            self._uuids[index] = uuid
+            reading = read_gpu(s, index, handle, uuid)
+            handles[index] = handle
+        except GpuGone as gone:
+            reason = f"{gone.call}: {gone.error}"
+            if self._down.get(index) != reason:
+                log.error("GPU %d (%s) is down: %s", index, self._uuids.get(index, "uuid unknown"), reason)
+            self._down[index] = reason
+            self._gpm_previous.pop(index, None)
+            return GpuReading(index=index, uuid=self._uuids.get(index, ""), up=False, down_reason=reason)
+        if index in self._down:
+            log.info("GPU %d (%s) answers NVML again", index, uuid)
+            del self._down[index]
+        return reading
+
+    def _gpm_supported(self, reading: GpuReading, handle: Any) -> bool:
+        if reading.uuid not in self._gpm_support:
+            support = self.session.query(
+                reading.index, "nvmlGpmQueryDeviceSupport", pynvml.nvmlGpmQueryDeviceSupport, handle
+            )
+            self._gpm_support[reading.uuid] = bool(support is not None and support.isSupportedDevice)
+        return self._gpm_support[reading.uuid]
+
+    def _sample(self, reading: GpuReading, handle: Any) -> Any:
+        s = self.session
+        sample = s.query(reading.index, "nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
+        if sample is None:
+            return None
+        if s.query(reading.index, "nvmlGpmSampleGet", pynvml.nvmlGpmSampleGet, handle, sample) is None:
+            s.query(reading.index, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, sample)
+            return None
+        return sample
+
+    def _read_gpm(self, readings: Sequence[GpuReading], handles: dict[int, Any]) -> None:
+        """SM activity and occupancy between the previous cycle's GPM sample and a new one.
+
+        Over a whole interval the figures are averages of what the GPU did, not a glimpse. On the
+        first cycle (or for a GPU that came back) there is no earlier sample, so one is taken and
+        the collector waits `gpm_min_window_seconds` once for all such GPUs.
+        """
+        due: list[GpuReading] = []
+        fresh = False
+        for r in readings:
+            if not r.up:
+                continue
+            handle = handles[r.index]
+            try:
+                if not self._gpm_supported(r, handle):
+                    continue
+                previous = self._gpm_previous.get(r.index)
+                if previous is None or previous.uuid != r.uuid:
+                    sample = self._sample(r, handle)
+                    if sample is None:
+                        continue
+                    self._gpm_previous[r.index] = _GpmSample(r.uuid, sample)
+                    fresh = True
+                due.append(r)
+            except GpuGone as gone:
+                self._mark_down(r, gone)
+        if fresh:
+            time.sleep(self.gpm_min_window_seconds)
+        for r in due:
+            try:
+                self._gpm_metrics(r, handles[r.index])
+            except GpuGone as gone:
+                self._mark_down(r, gone)
+
+    def _gpm_metrics(self, r: GpuReading, handle: Any) -> None:
+        s = self.session
+        previous = self._gpm_previous[r.index]
+        current = self._sample(r, handle)
+        if current is None:
+            return
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1, request.sample2 = previous.sample, current
+        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+        request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+        result = s.query(r.index, "nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
+        s.query(r.index, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, previous.sample)
+        self._gpm_previous[r.index] = _GpmSample(r.uuid, current)
+        if result is None:
+            return
+        sm_util, sm_occupancy = result.metrics[0], result.metrics[1]
+        if sm_util.nvmlReturn == pynvml.NVML_SUCCESS:
+            r.sm_active_ratio = sm_util.value / 100
+        if sm_occupancy.nvmlReturn == pynvml.NVML_SUCCESS:
+            r.sm_occupancy_ratio = sm_occupancy.value / 100
+
+    def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
+        reason = f"{gone.call}: {gone.error}"
+        log.error("GPU %d (%s) is down: %s", r.index, r.uuid, reason)
+        self._down[r.index] = reason
+        self._gpm_previous.pop(r.index, None)
+        r.up, r.down_reason = False, reason
+
+    # -- mapping to metrics ------------------------------------------------------------------
+
+    def _families(self, readings: Sequence[GpuReading], driver: str | None, cuda: int | None) -> list[Metric]:
+        f = _FamilyBuilder(["gpu", "uuid"])
+        up = f.gauge("clusterhealth_gpu_up", "1 if the GPU answered NVML, 0 if it is lost or failing.")
+        info = f.gauge(
+            "clusterhealth_gpu_info",
+            "GPU identity, value 1.",
+            ["name", "pci_bus_id", "serial", "vbios_version"],
+        )
+        for r in readings:
+            base = [str(r.index), r.uuid]
+            up.add_metric(base, 1.0 if r.up else 0.0)
+            if not r.up:
+                continue
+            info.add_metric(
+                [*base, r.name or "", r.pci_bus_id or "", r.serial or "", r.vbios_version or ""], 1.0
+            )
+        simple = (
+            (
+                "clusterhealth_gpu_sm_active_ratio",
+                "sm_active_ratio",
+                "Fraction of time at least one warp was active on an SM, averaged over SMs (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_sm_occupancy_ratio",
+                "sm_occupancy_ratio",
+                "Resident warps over the SMs' maximum (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_utilization_ratio",
+                "utilization_ratio",
+                "Fraction of the sample period a kernel ran (NVML utilization; 1 while busy-waiting).",
+            ),
+            ("clusterhealth_gpu_memory_used_bytes", "memory_used_bytes", "Frame-buffer memory in use."),
+            ("clusterhealth_gpu_memory_total_bytes", "memory_total_bytes", "Frame-buffer memory installed."),
+            ("clusterhealth_gpu_sm_clock_hertz", "sm_clock_hertz", "Current SM clock."),
+            ("clusterhealth_gpu_sm_clock_max_hertz", "sm_clock_max_hertz", "Maximum SM clock."),
+            ("clusterhealth_gpu_memory_clock_hertz", "memory_clock_hertz", "Current memory clock."),
+            (
+                "clusterhealth_gpu_performance_state",
+                "performance_state",
+                "Performance state: 0 for P0 (maximum) to 15 for P15.",
+            ),
+            ("clusterhealth_gpu_power_watts", "power_watts", "Power draw."),
+            ("clusterhealth_gpu_power_limit_watts", "power_limit_watts", "Enforced power limit."),
+            (
+                "clusterhealth_gpu_pcie_link_generation",
+                "pcie_link_generation",
+                "Current PCIe link generation (drops while idle on power-saving links).",
+            ),
+            (
+                "clusterhealth_gpu_pcie_link_generation_max",
+                "pcie_link_generation_max",
+                "Maximum PCIe link generation of the GPU and system.",
+            ),
+            ("clusterhealth_gpu_pcie_link_width", "pcie_link_width", "Current PCIe link width in lanes."),
+            (
+                "clusterhealth_gpu_pcie_link_width_max",
+                "pcie_link_width_max",
+                "Maximum PCIe link width in lanes.",
+            ),
+        )
+        for name, attr, doc in simple:
+            fam = f.gauge(name, doc)
+            for r in readings:
+                value = getattr(r, attr)
+                if r.up and value is not None:
+                    fam.add_metric([str(r.index), r.uuid], float(value))
+        energy = f.counter("clusterhealth_gpu_energy_joules", "Energy consumed since the driver was loaded.")
+        replays = f.counter(
+            "clusterhealth_gpu_pcie_replay_errors", "PCIe replays (link-level retransmissions)."
+        )
+        reasons = f.gauge(
+            "clusterhealth_gpu_clocks_event_active",
+            "1 while the clock-event (throttle) reason holds the clocks down.",
+            ["reason"],
+        )
+        temperature = f.gauge("clusterhealth_gpu_temperature_celsius", "Temperature by sensor.", ["sensor"])
+        ecc = f.counter("clusterhealth_gpu_ecc_errors", "ECC errors.", ["error", "scope"])
+        remapped = f.gauge("clusterhealth_gpu_remapped_rows", "Rows remapped, by cause.", ["cause"])
+        pending = f.gauge(
+            "clusterhealth_gpu_row_remap_pending", "1 when a GPU reset is needed to apply a row remap."
+        )
+        failed = f.gauge(
+            "clusterhealth_gpu_row_remap_failed", "1 when a row remap failed: the GPU needs replacing."
+        )
+        nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
+        nvlink_errors = f.counter(
+            "clusterhealth_gpu_nvlink_errors", "NVLink data-link errors.", ["link", "error"]
+        )
+        for r in readings:
+            if not r.up:
+                continue
+            base = [str(r.index), r.uuid]
+            if r.energy_joules is not None:
+                energy.add_metric(base, r.energy_joules)
+            if r.pcie_replay_errors is not None:
+                replays.add_metric(base, float(r.pcie_replay_errors))
+            if r.clocks_event_reasons is not None:
+                for reason, bit in CLOCK_EVENT_REASONS:
+                    reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
+            for sensor, value in (
+                ("gpu", r.temperature_gpu_celsius),
+                ("memory", r.temperature_memory_celsius),
+            ):
+                if value is not None:
+                    temperature.add_metric([*base, sensor], float(value))
+            for (kind, scope), count in r.ecc_errors.items():
+                ecc.add_metric([*base, kind, scope], float(count))
+            for cause, rows in r.remapped_rows.items():
+                remapped.add_metric([*base, cause], float(rows))
+            if r.row_remap_pending is not None:
+                pending.add_metric(base, float(r.row_remap_pending))
+            if r.row_remap_failed is not None:
+                failed.add_metric(base, float(r.row_remap_failed))
+            for link in r.nvlinks:
+                nvlink_up.add_metric([*base, str(link.link)], 1.0 if link.up else 0.0)
+                for error, count in link.errors.items():
+                    nvlink_errors.add_metric([*base, str(link.link), error], float(count))
+
+        xid = f.counter(
+            "clusterhealth_gpu_xid_errors",
+            "Xid errors, from NVML events and the kernel log, each counted once.",
+            ["xid"],
+        )
+        for (gpu, code), count in sorted(self.ledger.counts().items()):
+            if gpu == UNKNOWN_GPU:
+                xid.add_metric(["", "", str(code)], float(count))
+            else:
+                xid.add_metric([str(gpu), self._uuids.get(gpu, ""), str(code)], float(count))
+        errors = f.counter(
+            "clusterhealth_gpu_nvml_errors",
+            "NVML calls that failed with an unexpected error (the series they feed are absent).",
+            ["call", "error"],
+        )
+        for (gpu, call, error), count in sorted(self.session.call_errors.items()):
+            gpu_label = str(gpu) if gpu >= 0 else ""
+            errors.add_metric([gpu_label, self._uuids.get(gpu, ""), call, error], float(count))
+
+        driver_info = GaugeMetricFamily(
+            "clusterhealth_gpu_driver_info",
+            "NVIDIA driver and the CUDA version it supports, value 1.",
+            labels=["driver_version", "cuda_driver_version"],
+        )
+        if driver is not None or cuda is not None:
+            cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
+            driver_info.add_metric([driver or "", cuda_text], 1.0)
+        return [fam for fam in [*f.families, driver_info] if fam.samples]
+
+
+class _FamilyBuilder:
+    """Creates families that all start with the same labels, in the order they are declared."""
+
+    def __init__(self, base_labels: Sequence[str]):
+        self.base_labels = list(base_labels)
+        self.families: list[Metric] = []
+
+    def gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(name, doc, labels=self.base_labels + list(labels))
+        self.families.append(fam)
+        return fam
+
+    def counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+        fam = CounterMetricFamily(name, doc, labels=self.base_labels + list(labels))
+        self.families.append(fam)
+        return fam
+
+
+__all__ = ["GpuCollector", "GpuReading", "error_name", "read_gpu"]

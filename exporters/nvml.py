@@ -1,0 +1,173 @@
+"""The one place that decides what an NVML error means.
+
+Every NVML query of the agent goes through `NvmlSession.query`, which sorts pynvml's exceptions into
+three outcomes so that callers never scatter try/except:
+
+* the value is simply not there (`NotSupported` and friends): `query` returns None and the series
+  is absent;
+* the GPU is gone (`GpuIsLost`, a reset required, ...): `GpuGone` is raised and the GPU is exported
+  with `clusterhealth_gpu_up` 0 while the other GPUs carry on;
+* the library itself is unusable (not installed, driver not loaded, driver/library mismatch):
+  `NvmlUnavailable` is raised and the whole collector reports failure until NVML comes back.
+
+Any other error on one call leaves that one series absent; it is counted per call and error so an
+operator can see why a value is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pynvml
+
+T = TypeVar("T")
+
+# The value does not exist on this GPU, driver or configuration: absent, and not worth a log line.
+ABSENT = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_NOT_FOUND,
+        pynvml.NVML_ERROR_NO_DATA,
+        pynvml.NVML_ERROR_DEPRECATED,
+    }
+)
+# The device no longer answers: everything else about it is unknown.
+DEVICE_GONE = frozenset(
+    {
+        pynvml.NVML_ERROR_GPU_IS_LOST,
+        pynvml.NVML_ERROR_RESET_REQUIRED,
+        pynvml.NVML_ERROR_GPU_NOT_FOUND,
+    }
+)
+# The library cannot be used at all; retried on the next cycle.
+LIBRARY_UNUSABLE = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    }
+)
+
+
+def error_name(err: pynvml.NVMLError) -> str:
+    """`NVMLError_GpuIsLost` -> `GpuIsLost`: a stable label value for an NVML error."""
+    return type(err).__name__.removeprefix("NVMLError_") if type(err) is not pynvml.NVMLError else "Unknown"
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used (library missing, driver not loaded, ...)."""
+
+
+class GpuGone(Exception):
+    """One GPU stopped answering NVML."""
+
+    def __init__(self, index: int, call: str, err: pynvml.NVMLError):
+        self.index, self.call, self.error = index, call, error_name(err)
+        super().__init__(f"GPU {index}: {call}: {err}")
+
+
+class NvmlSession:
+    """An initialised NVML library, shared by the GPU collector and the Xid event thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._initialised = False
+        # (gpu index, call, error name) -> how many times; exported as a counter.
+        self.call_errors: Counter[tuple[int, str, str]] = Counter()
+        # The first time a call fails on a GPU with an unexpected error, for logging it once.
+        self.new_errors: list[str] = []
+        self.missing_functions: set[str] = set()
+
+    def ensure_init(self) -> None:
+        with self._lock:
+            if self._initialised:
+                return
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as err:
+                raise NvmlUnavailable(f"nvmlInit: {err}") from err
+            self._initialised = True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._initialised:
+                with contextlib.suppress(pynvml.NVMLError):  # shutting down anyway
+                    pynvml.nvmlShutdown()
+                self._initialised = False
+
+    def reset(self) -> None:
+        """Forget the initialised state after a library-level error, so the next cycle re-inits."""
+        with self._lock:
+            self._initialised = False
+
+    def system(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """A query that concerns no GPU (driver version, device count)."""
+        return self.query(-1, call, fn, *args)
+
+    def query(self, index: int, call: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """Call `fn(*args)` for GPU `index` (-1: no GPU); None when the value is absent."""
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as err:
+            self.failed(index, call, err)
+            return None
+
+    def require(self, index: int, call: str, fn: Callable[..., T], *args: Any) -> T:
+        """A call the GPU cannot be exported without (its handle, its UUID): any error means down."""
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as err:
+            if err.value in LIBRARY_UNUSABLE:
+                self.reset()
+                raise NvmlUnavailable(f"{call}: {err}") from err
+            raise GpuGone(index, call, err) from err
+
+    def query_first(
+        self, index: int, candidates: Sequence[tuple[str, Callable[..., T]]], *args: Any
+    ) -> T | None:
+        """The first of several equivalent calls that this driver has, newest first.
+
+        Drivers older than the newest call answer `FunctionNotFound`; that is remembered for the
+        process so the missing call is not tried on every cycle.
+        """
+        for call, fn in candidates:
+            if call in self.missing_functions:
+                continue
+            try:
+                return fn(*args)
+            except pynvml.NVMLError as err:
+                if err.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    self.missing_functions.add(call)
+                    continue
+                self.failed(index, call, err)
+                return None
+        return None
+
+    def failed(self, index: int, call: str, err: pynvml.NVMLError) -> None:
+        """Apply the error policy to an error a caller caught itself."""
+        code = err.value
+        if code in DEVICE_GONE and index >= 0:
+            raise GpuGone(index, call, err) from err
+        if code in LIBRARY_UNUSABLE:
+            self.reset()
+            where = f"GPU {index}: " if index >= 0 else ""
+            raise NvmlUnavailable(f"{where}{call}: {err}") from err
+        if code not in ABSENT:
+            self._record(index, call, err)
+
+    def _record(self, index: int, call: str, err: pynvml.NVMLError) -> None:
+        key = (index, call, error_name(err))
+        if key not in self.call_errors:
+            where = f"GPU {index}" if index >= 0 else "system"
+            self.new_errors.append(f"{where}: {call} failed: {err}; that value is left out")
+        self.call_errors[key] += 1
+
+    def take_new_errors(self) -> list[str]:
+        new, self.new_errors = self.new_errors, []
+        return new

@@ -1,0 +1,162 @@
+"""Xid errors: one ledger fed by NVML events and by the kernel log, counting each event once.
+
+The same Xid usually reaches the agent twice: NVML delivers it as an `nvmlEventTypeXidCriticalError`
+event and the driver prints an `NVRM: Xid (PCI:...): 79, ...` line to the kernel log. The ledger
+counts an event from one source and swallows the matching event from the other source (same GPU,
+same code, within `window_seconds`). Repeats from one source are real repeats and all count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import pynvml
+
+from clusterhealth.exporters.nvml import NvmlSession, NvmlUnavailable
+
+log = logging.getLogger("clusterhealth.xid")
+
+UNKNOWN_GPU = -1
+
+
+@dataclass
+class _Unmatched:
+    source: str
+    gpu: int
+    xid: int
+    when: float
+
+
+class XidLedger:
+    """Counts Xid events per (GPU index, code), deduplicated across sources."""
+
+    def __init__(self, window_seconds: float = 30.0, max_unmatched: int = 4096):
+        self.window_seconds = window_seconds
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[int, int]] = Counter()
+        # Events not yet seen by the other source; bounded so a flood cannot grow memory.
+        self._unmatched: deque[_Unmatched] = deque(maxlen=max_unmatched)
+
+    def record(self, source: str, gpu: int, xid: int, when: float | None = None) -> bool:
+        """Record one event; True when it counted, False when it was the other source's twin.
+
+        `when` is a CLOCK_MONOTONIC time in seconds (the kernel log's timestamps are on that clock).
+        """
+        when = time.monotonic() if when is None else when
+        with self._lock:
+            # Twice the window: the two sources may deliver one event a little out of order.
+            cutoff = when - 2 * self.window_seconds
+            while self._unmatched and self._unmatched[0].when < cutoff:
+                self._unmatched.popleft()
+            for i, seen in enumerate(self._unmatched):
+                if (
+                    seen.source != source
+                    and seen.gpu == gpu
+                    and seen.xid == xid
+                    and abs(seen.when - when) <= self.window_seconds
+                ):
+                    del self._unmatched[i]
+                    return False
+            self._unmatched.append(_Unmatched(source, gpu, xid, when))
+            self._counts[(gpu, xid)] += 1
+            return True
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class NvmlXidWatcher:
+    """A background thread waiting on NVML's Xid events and feeding them to the ledger."""
+
+    WAIT_MS = 500
+
+    def __init__(self, session: NvmlSession, ledger: XidLedger, retry_seconds: float = 30.0):
+        self.session, self.ledger = session, ledger
+        self.retry_seconds = retry_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._event_set: object | None = None
+        self._registered = 0
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="nvml-xid-events", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._free()
+
+    def drain(self) -> int:
+        """Deliver the events already waiting, without blocking (for one-shot `scrape`)."""
+        delivered = 0
+        try:
+            self._ensure_registered()
+            while self._wait_one(0):
+                delivered += 1
+        except (NvmlUnavailable, pynvml.NVMLError) as err:
+            self._note_error(str(err))
+        return delivered
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._ensure_registered()
+                self._wait_one(self.WAIT_MS)
+                if self.last_error is not None:
+                    log.info("receiving NVML Xid events again")
+                    self.last_error = None
+            except (NvmlUnavailable, pynvml.NVMLError) as err:
+                self._note_error(str(err))
+                self._free()
+                self._stop.wait(self.retry_seconds)
+
+    def _note_error(self, text: str) -> None:
+        if text != self.last_error:
+            log.warning("NVML Xid events unavailable: %s; retrying every %gs", text, self.retry_seconds)
+        self.last_error = text
+
+    def _ensure_registered(self) -> None:
+        if self._event_set is not None:
+            return
+        self.session.ensure_init()
+        event_set = pynvml.nvmlEventSetCreate()
+        registered = 0
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                registered += 1
+            except pynvml.NVMLError as err:
+                # A lost GPU or one without event support: its Xids still arrive via the kernel log.
+                log.debug("GPU %d: no Xid events: %s", index, err)
+        self._event_set, self._registered = event_set, registered
+
+    def _wait_one(self, timeout_ms: int) -> bool:
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._event_set, timeout_ms)
+        except pynvml.NVMLError_Timeout:
+            return False
+        if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+            try:
+                gpu = pynvml.nvmlDeviceGetIndex(data.device)
+            except pynvml.NVMLError:
+                gpu = UNKNOWN_GPU
+            self.ledger.record("nvml", gpu, int(data.eventData))
+        return True
+
+    def _free(self) -> None:
+        if self._event_set is not None:
+            with contextlib.suppress(pynvml.NVMLError):  # the library may already be gone
+                pynvml.nvmlEventSetFree(self._event_set)
+            self._event_set = None
