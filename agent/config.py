@@ -9,6 +9,7 @@ expected; the command line turns that into exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 from collections.abc import Callable, Mapping
@@ -57,8 +58,10 @@ def setting(
 
 def _check_listen(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        return "HOST:PORT with a port between 1 and 65535 (HOST may be empty for all addresses)"
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        return (
+            "HOST:PORT with a port up to 65535 (HOST may be empty for all addresses, port 0 picks a free one)"
+        )
     if host.startswith("[") != host.endswith("]"):
         return "HOST:PORT with an IPv6 HOST in brackets, e.g. [::1]:9845"
     return None
@@ -264,7 +267,5 @@ def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]
             rows.extend(reference(hint, key))  # type: ignore[arg-type]
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-        rows.append(
-            (key, yaml.safe_dump(to_mapping(default), default_flow_style=True).strip(), f.metadata["doc"])
-        )
+        rows.append((key, json.dumps(to_mapping(default)), f.metadata["doc"]))
     return rows

@@ -9,11 +9,13 @@ same code, within `window_seconds`). Repeats from one source are real repeats an
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Any
 
 import pynvml
 
@@ -71,6 +73,10 @@ class XidLedger:
             return dict(self._counts)
 
 
+def _address(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
 class NvmlXidWatcher:
     """A background thread waiting on NVML's Xid events and feeding them to the ledger."""
 
@@ -82,7 +88,9 @@ class NvmlXidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: object | None = None
-        self._registered = 0
+        # Handle address -> GPU index, from registration: asking NVML for the index of a GPU that
+        # just fell off the bus fails, and Xid 79 is exactly that event.
+        self._indices: dict[int, int] = {}
         self.last_error: str | None = None
 
     def start(self) -> None:
@@ -105,7 +113,7 @@ class NvmlXidWatcher:
             while self._wait_one(0):
                 delivered += 1
         except (NvmlUnavailable, pynvml.NVMLError) as err:
-            self._note_error(str(err))
+            self._note_error(err)
         return delivered
 
     def _run(self) -> None:
@@ -117,13 +125,16 @@ class NvmlXidWatcher:
                     log.info("receiving NVML Xid events again")
                     self.last_error = None
             except (NvmlUnavailable, pynvml.NVMLError) as err:
-                self._note_error(str(err))
+                self._note_error(err)
                 self._free()
                 self._stop.wait(self.retry_seconds)
 
-    def _note_error(self, text: str) -> None:
+    def _note_error(self, err: Exception) -> None:
+        text = str(err)
         if text != self.last_error:
-            log.warning("NVML Xid events unavailable: %s; retrying every %gs", text, self.retry_seconds)
+            # An unusable library is already reported (once) by the gpu collector.
+            level = logging.DEBUG if isinstance(err, NvmlUnavailable) else logging.WARNING
+            log.log(level, "NVML Xid events unavailable: %s; retrying every %gs", text, self.retry_seconds)
         self.last_error = text
 
     def _ensure_registered(self) -> None:
@@ -131,16 +142,16 @@ class NvmlXidWatcher:
             return
         self.session.ensure_init()
         event_set = pynvml.nvmlEventSetCreate()
-        registered = 0
+        indices = {}
         for index in range(pynvml.nvmlDeviceGetCount()):
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-                registered += 1
+                indices[_address(handle)] = index
             except pynvml.NVMLError as err:
                 # A lost GPU or one without event support: its Xids still arrive via the kernel log.
                 log.debug("GPU %d: no Xid events: %s", index, err)
-        self._event_set, self._registered = event_set, registered
+        self._event_set, self._indices = event_set, indices
 
     def _wait_one(self, timeout_ms: int) -> bool:
         try:
@@ -148,10 +159,7 @@ class NvmlXidWatcher:
         except pynvml.NVMLError_Timeout:
             return False
         if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-            try:
-                gpu = pynvml.nvmlDeviceGetIndex(data.device)
-            except pynvml.NVMLError:
-                gpu = UNKNOWN_GPU
+            gpu = self._indices.get(_address(data.device), UNKNOWN_GPU)
             self.ledger.record("nvml", gpu, int(data.eventData))
         return True
 

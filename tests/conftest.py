@@ -1,0 +1,162 @@
+"""Shared fixtures: simulated nodes, the real `clusterhealth` command, a running agent process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from clusterhealth.exporters import nvml_sim
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SCENARIOS = nvml_sim.SCENARIO_DIR
+CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
+
+
+def scenario(**overrides: Any) -> dict[str, Any]:
+    """A small simulated node (2 H100s unless told otherwise) as scenario data."""
+    data: dict[str, Any] = {"gpu_count": 2}
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def write_scenario(tmp_path: Path) -> Callable[..., Path]:
+    def write(data: dict[str, Any], name: str = "scenario.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def simulate() -> Iterator[Callable[[dict[str, Any]], nvml_sim.SimulatedLibrary]]:
+    """Install a simulated NVML library in this process; removed after the test."""
+
+    def install(data: dict[str, Any]) -> nvml_sim.SimulatedLibrary:
+        return nvml_sim.install(nvml_sim.parse_scenario(data, "<test>"))
+
+    yield install
+    nvml_sim.uninstall()
+
+
+def samples(exposition: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """{(sample name, labels): value} of a text exposition, parsed by prometheus_client."""
+    out = {}
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(exposition: str, name: str, **labels: str) -> float | None:
+    """The one sample of `name` whose labels include `labels`; None when absent."""
+    found = [v for (n, ls), v in samples(exposition).items() if n == name and set(labels.items()) <= ls]
+    assert len(found) <= 1, f"{name}{labels} matches {len(found)} samples"
+    return found[0] if found else None
+
+
+def run_cli(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLUSTERHEALTH, *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+
+
+class AgentProcess:
+    """`clusterhealth agent` as a real subprocess, listening on a port the kernel picked."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            [CLUSTERHEALTH, "agent", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self._port: int | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        if not self._ready.wait(20) or self._port is None:
+            self.stop()
+            raise AssertionError("agent did not start:\n" + self.log())
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            m = re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line)
+            if m:
+                self._port = int(m.group(1))
+                self._ready.set()
+        self._ready.set()
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def get(self, path: str, timeout: float = 5) -> tuple[int, bytes, float]:
+        start = time.monotonic()
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            body = response.read()
+            return response.status, body, time.monotonic() - start
+
+    def metrics(self) -> str:
+        return self.get("/metrics")[1].decode()
+
+    def health(self) -> dict[str, Any]:
+        return json.loads(self.get("/healthz")[1])
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; agent log:\n{self.log()}")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def agent_process() -> Iterator[Callable[..., AgentProcess]]:
+    started: list[AgentProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> AgentProcess:
+        agent = AgentProcess(list(args), env)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()

@@ -1,0 +1,159 @@
+"""The faulty scenario's exposition, end to end through the real command, against a golden file.
+
+The scenario's clock is frozen at 600 s so the time-dependent values (energy, the GPU that falls
+off the bus at 45 s) are fixed. Run with CLUSTERHEALTH_UPDATE_GOLDEN=1 to rewrite the golden file
+after an intended change, and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from .conftest import GOLDEN, SCENARIOS, run_cli, samples
+
+GOLDEN_FILE = GOLDEN / "h100-faulty.prom"
+
+# Every GPU and meta metric of SPEC.md with the labels SPEC gives it (per-GPU: gpu and uuid).
+SPEC_GPU = {
+    "clusterhealth_gpu_up": (),
+    "clusterhealth_gpu_info": ("name", "pci_bus_id", "serial", "vbios_version"),
+    "clusterhealth_gpu_sm_active_ratio": (),
+    "clusterhealth_gpu_sm_occupancy_ratio": (),
+    "clusterhealth_gpu_utilization_ratio": (),
+    "clusterhealth_gpu_memory_used_bytes": (),
+    "clusterhealth_gpu_memory_total_bytes": (),
+    "clusterhealth_gpu_sm_clock_hertz": (),
+    "clusterhealth_gpu_sm_clock_max_hertz": (),
+    "clusterhealth_gpu_memory_clock_hertz": (),
+    "clusterhealth_gpu_clocks_event_active": ("reason",),
+    "clusterhealth_gpu_performance_state": (),
+    "clusterhealth_gpu_temperature_celsius": ("sensor",),
+    "clusterhealth_gpu_power_watts": (),
+    "clusterhealth_gpu_power_limit_watts": (),
+    "clusterhealth_gpu_energy_joules_total": (),
+    "clusterhealth_gpu_ecc_errors_total": ("error", "scope"),
+    "clusterhealth_gpu_remapped_rows": ("cause",),
+    "clusterhealth_gpu_row_remap_pending": (),
+    "clusterhealth_gpu_row_remap_failed": (),
+    "clusterhealth_gpu_xid_errors_total": ("xid",),
+    "clusterhealth_gpu_pcie_link_generation": (),
+    "clusterhealth_gpu_pcie_link_generation_max": (),
+    "clusterhealth_gpu_pcie_link_width": (),
+    "clusterhealth_gpu_pcie_link_width_max": (),
+    "clusterhealth_gpu_pcie_replay_errors_total": (),
+    "clusterhealth_gpu_nvlink_up": ("link",),
+    "clusterhealth_gpu_nvlink_errors_total": ("link", "error"),
+}
+SPEC_OTHER = {
+    "clusterhealth_gpu_driver_info": ("driver_version", "cuda_driver_version"),
+    "clusterhealth_scrape_collector_success": ("collector",),
+    "clusterhealth_scrape_collector_duration_seconds": ("collector",),
+    "clusterhealth_build_info": ("version",),
+}
+SPEC_REASONS = {
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+}
+
+
+@pytest.fixture(scope="module")
+def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    data = yaml.safe_load((SCENARIOS / "h100-faulty.yaml").read_text())
+    data["frozen_at_seconds"] = 600
+    path = tmp_path_factory.mktemp("golden") / "h100-faulty-frozen.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("scrape", "--simulate", str(path))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def comparable(exposition: str) -> list[str]:
+    """The exposition without what changes from run to run: durations and the version."""
+    lines = []
+    for line in exposition.splitlines():
+        if line.startswith("clusterhealth_scrape_collector_duration_seconds{"):
+            continue
+        lines.append(re.sub(r'^(clusterhealth_build_info\{version=)"[^"]*"', r'\1"VERSION"', line))
+    return lines
+
+
+def test_faulty_node_matches_the_golden_exposition(faulty_exposition: str) -> None:
+    got = comparable(faulty_exposition)
+    if os.environ.get("CLUSTERHEALTH_UPDATE_GOLDEN"):
+        GOLDEN_FILE.write_text("\n".join(got) + "\n")
+    want = GOLDEN_FILE.read_text().splitlines()
+    for n, (a, b) in enumerate(zip(got, want, strict=False), start=1):
+        assert a == b, f"line {n} differs from {GOLDEN_FILE.name}"
+    assert len(got) == len(want), f"{len(got)} lines, golden has {len(want)}"
+
+
+def test_promtool_finds_nothing_to_lint(faulty_exposition: str) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: `make test` installs the Debian prometheus package")
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=faulty_exposition, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), (
+        result.stdout + result.stderr
+    )
+
+
+def test_every_spec_gpu_metric_is_exported_with_its_labels(faulty_exposition: str) -> None:
+    seen: dict[str, set[str]] = {}
+    for name, labels in samples(faulty_exposition):
+        seen.setdefault(name, set()).update(k for k, _ in labels)
+    for name, extra in SPEC_GPU.items():
+        assert name in seen, f"{name} is absent"
+        assert {"gpu", "uuid", *extra} <= seen[name], f"{name} lacks labels: {seen[name]}"
+    for name, labels in SPEC_OTHER.items():
+        assert name in seen, f"{name} is absent"
+        assert set(labels) <= seen[name]
+    reasons = {
+        dict(ls)["reason"]
+        for n, ls in samples(faulty_exposition)
+        if n == "clusterhealth_gpu_clocks_event_active"
+    }
+    assert reasons == SPEC_REASONS
+
+
+def test_no_sample_is_a_placeholder_zero_for_a_missing_value(faulty_exposition: str) -> None:
+    # GPU 4's power sensor fails and GPU 6 is lost: their values are absent, not 0.
+    names = {(n, dict(ls).get("gpu")) for n, ls in samples(faulty_exposition)}
+    assert ("clusterhealth_gpu_power_watts", "4") not in names
+    assert ("clusterhealth_gpu_temperature_celsius", "6") not in names
+    assert ("clusterhealth_gpu_up", "6") in names
+
+
+def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: str) -> None:
+    units = ("_ratio", "_bytes", "_hertz", "_celsius", "_watts", "_total", "_info", "_seconds")
+    unitless = {
+        "clusterhealth_gpu_up",
+        "clusterhealth_gpu_clocks_event_active",
+        "clusterhealth_gpu_performance_state",
+        "clusterhealth_gpu_remapped_rows",
+        "clusterhealth_gpu_row_remap_pending",
+        "clusterhealth_gpu_row_remap_failed",
+        "clusterhealth_gpu_pcie_link_generation",
+        "clusterhealth_gpu_pcie_link_generation_max",
+        "clusterhealth_gpu_pcie_link_width",
+        "clusterhealth_gpu_pcie_link_width_max",
+        "clusterhealth_gpu_nvlink_up",
+        "clusterhealth_scrape_collector_success",
+    }
+    for name, labels in samples(faulty_exposition):
+        assert "hostname" not in dict(labels) and "host" not in dict(labels)
+        assert name.endswith(units) or name in unitless, name

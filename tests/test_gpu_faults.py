@@ -1,0 +1,275 @@
+"""One test per GPU incident: the simulated node reproduces it, the exposition must show it.
+
+Each test runs the real collection path (`scrape_once`: pynvml calls, error policy, mapping to
+metrics, rendering) on a simulated NVML library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterhealth.agent import config as configuration
+from clusterhealth.agent.daemon import scrape_once
+from clusterhealth.exporters import nvml_sim
+
+from .conftest import scenario, value
+
+
+@pytest.fixture
+def scrape(write_scenario: Callable[..., Path]) -> Iterator[Callable[..., str]]:
+    def run(data: dict[str, Any], **gpu: Any) -> str:
+        path = write_scenario(data)
+        overrides = {"simulate": str(path), "collectors.gpu.gpm_min_window_seconds": 0.05}
+        overrides.update({f"collectors.gpu.{k}": v for k, v in gpu.items()})
+        return scrape_once(configuration.load(None, overrides)).decode()
+
+    yield run
+    nvml_sim.uninstall()
+
+
+def fault(gpu: int, **kw: Any) -> dict[str, Any]:
+    return {"gpu": gpu, **kw}
+
+
+def test_thermal_slowdown_shows_hw_slowdown_reasons_and_low_clock(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(
+            faults=[
+                fault(
+                    1,
+                    set={
+                        "clocks_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"],
+                        "sm_clock_mhz": 1155,
+                        "temperature_celsius": 91,
+                        "memory_temperature_celsius": 98,
+                    },
+                )
+            ]
+        )
+    )
+    active = {
+        reason: value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason=reason)
+        for reason, _ in nvml_sim.CLOCK_EVENT_BITS.items()
+    }
+    assert active == {r: 1.0 if r in ("hw_slowdown", "hw_thermal_slowdown") else 0.0 for r in active}
+    assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="0", reason="hw_slowdown") == 0.0
+    assert value(text, "clusterhealth_gpu_sm_clock_hertz", gpu="1") == 1155e6
+    assert value(text, "clusterhealth_gpu_sm_clock_max_hertz", gpu="1") == 1980e6
+    assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="1", sensor="gpu") == 91
+    assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="1", sensor="memory") == 98
+
+
+def test_pcie_link_trained_down_to_x8_after_reseat(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(faults=[fault(1, set={"pcie_width": 8, "pcie_generation": 4, "pcie_replays": 310})])
+    )
+    assert value(text, "clusterhealth_gpu_pcie_link_width", gpu="1") == 8
+    assert value(text, "clusterhealth_gpu_pcie_link_width_max", gpu="1") == 16
+    assert value(text, "clusterhealth_gpu_pcie_link_generation", gpu="1") == 4
+    assert value(text, "clusterhealth_gpu_pcie_link_generation_max", gpu="1") == 5
+    assert value(text, "clusterhealth_gpu_pcie_replay_errors_total", gpu="1") == 310
+    assert value(text, "clusterhealth_gpu_pcie_link_width", gpu="0") == 16
+
+
+def test_nvlink_down_after_crc_errors(scrape: Callable[..., str]) -> None:
+    errors = {5: {"crc_flit": 18234, "crc_data": 12, "replay": 912, "recovery": 37}}
+    text = scrape(scenario(faults=[fault(0, xid=[74], set={"nvlink_down": [5], "nvlink_errors": errors})]))
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="5") == 0
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="4") == 1
+    for error, count in errors[5].items():
+        assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", link="5", error=error) == count
+    assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", link="4", error="crc_flit") == 0
+    # H100 SXM has 18 links: 0..17 and nothing beyond.
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="17") == 1
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="18") is None
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="74") == 1
+
+
+def test_pcie_gpu_without_nvlink_has_no_nvlink_series(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"name": "NVIDIA H100 PCIe", "nvlinks": 0}))
+    assert "clusterhealth_gpu_nvlink_up" not in text
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+
+
+def test_hbm_uncorrectable_ecc_with_row_remap_pending(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(
+            faults=[
+                fault(
+                    1,
+                    xid=[94, 63],
+                    set={
+                        "ecc_corrected_volatile": 1312,
+                        "ecc_corrected_aggregate": 20411,
+                        "ecc_uncorrected_volatile": 2,
+                        "ecc_uncorrected_aggregate": 3,
+                        "remapped_rows_uncorrectable": 1,
+                        "remap_pending": True,
+                    },
+                )
+            ]
+        )
+    )
+    ecc = "clusterhealth_gpu_ecc_errors_total"
+    assert value(text, ecc, gpu="1", error="corrected", scope="volatile") == 1312
+    assert value(text, ecc, gpu="1", error="corrected", scope="aggregate") == 20411
+    assert value(text, ecc, gpu="1", error="uncorrected", scope="volatile") == 2
+    assert value(text, ecc, gpu="1", error="uncorrected", scope="aggregate") == 3
+    assert value(text, "clusterhealth_gpu_remapped_rows", gpu="1", cause="uncorrectable") == 1
+    assert value(text, "clusterhealth_gpu_remapped_rows", gpu="1", cause="correctable") == 0
+    assert value(text, "clusterhealth_gpu_row_remap_pending", gpu="1") == 1
+    assert value(text, "clusterhealth_gpu_row_remap_failed", gpu="1") == 0
+    assert value(text, "clusterhealth_gpu_row_remap_pending", gpu="0") == 0
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="94") == 1
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="63") == 1
+
+
+def test_row_remap_failed_means_replace_the_gpu(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(faults=[fault(0, xid=[64], set={"remapped_rows_uncorrectable": 8, "remap_failed": True})])
+    )
+    assert value(text, "clusterhealth_gpu_row_remap_failed", gpu="0") == 1
+    assert value(text, "clusterhealth_gpu_remapped_rows", gpu="0", cause="uncorrectable") == 8
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="64") == 1
+
+
+@pytest.mark.parametrize("error", ["GpuIsLost", "ResetRequired", "GpuNotFound", "Unknown", "NoPermission"])
+def test_gpu_whose_identity_fails_is_down_and_the_others_are_exported(
+    scrape: Callable[..., str], error: str
+) -> None:
+    # The handle and UUID are what a GPU is exported by: any error there takes the GPU down.
+    text = scrape(scenario(gpu_count=3, faults=[fault(1, errors={"nvmlDeviceGetUUID": error})]))
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 0
+    assert value(text, "clusterhealth_gpu_power_watts", gpu="1") is None
+    assert value(text, "clusterhealth_gpu_info", gpu="1") is None
+    for other in ("0", "2"):
+        assert value(text, "clusterhealth_gpu_up", gpu=other) == 1
+        assert value(text, "clusterhealth_gpu_power_watts", gpu=other) == 72.5
+    assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 1
+
+
+def test_gpu_fell_off_the_bus_is_down_and_the_others_are_exported(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu_count=8, faults=[fault(6, lost=True, xid=[79])]))
+    assert value(text, "clusterhealth_gpu_up", gpu="6", uuid="") == 0
+    assert "clusterhealth_gpu_info{" in text
+    assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="6", sensor="gpu") is None
+    assert [value(text, "clusterhealth_gpu_up", gpu=str(i)) for i in range(8)] == [1] * 6 + [0, 1]
+    assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 1
+
+
+@pytest.mark.parametrize("error", ["GpuIsLost", "ResetRequired"])
+def test_gpu_lost_in_the_middle_of_a_read_is_down(scrape: Callable[..., str], error: str) -> None:
+    text = scrape(scenario(faults=[fault(0, errors={"nvmlDeviceGetTotalEccErrors": error})]))
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 0
+    assert value(text, "clusterhealth_gpu_sm_clock_hertz", gpu="0") is None
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 1
+
+
+def test_power_sensor_unknown_error_leaves_only_power_absent(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(faults=[fault(1, errors={"nvmlDeviceGetPowerUsage": "Unknown"})]))
+    assert value(text, "clusterhealth_gpu_power_watts", gpu="1") is None
+    assert value(text, "clusterhealth_gpu_power_watts", gpu="0") == 72.5
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 1
+    assert value(text, "clusterhealth_gpu_power_limit_watts", gpu="1") == 700
+    assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="1", sensor="gpu") == 31
+    errors = "clusterhealth_gpu_nvml_errors_total"
+    assert value(text, errors, gpu="1", call="nvmlDeviceGetPowerUsage", error="Unknown") == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "absent"),
+    [
+        ("nvmlDeviceGetTotalEccErrors", "clusterhealth_gpu_ecc_errors_total"),
+        ("nvmlDeviceGetRemappedRows", "clusterhealth_gpu_row_remap_pending"),
+        ("nvmlDeviceGetTotalEnergyConsumption", "clusterhealth_gpu_energy_joules_total"),
+        ("nvmlDeviceGetFieldValues", 'sensor="memory"'),
+        ("nvmlDeviceGetPcieReplayCounter", "clusterhealth_gpu_pcie_replay_errors_total"),
+        ("nvmlDeviceGetNvLinkErrorCounter", "clusterhealth_gpu_nvlink_errors_total"),
+    ],
+)
+def test_unsupported_call_leaves_its_series_absent_silently(
+    scrape: Callable[..., str], call: str, absent: str
+) -> None:
+    text = scrape(scenario(gpu_count=1, faults=[fault(0, errors={call: "NotSupported"})]))
+    assert absent not in text
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+    assert value(text, "clusterhealth_gpu_power_watts", gpu="0") == 72.5
+    # NotSupported is the GPU's nature, not an error worth counting.
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+def test_gpu_without_hbm_sensor_has_only_the_gpu_temperature(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu_count=1, gpu={"memory_temperature_celsius": None}))
+    assert value(text, "clusterhealth_gpu_temperature_celsius", sensor="gpu") == 31
+    assert value(text, "clusterhealth_gpu_temperature_celsius", sensor="memory") is None
+
+
+def test_busy_waiting_gpu_shows_full_utilization_but_idle_sms(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"utilization": 1.0, "sm_active": 0.04, "sm_occupancy": 0.02}))
+    assert value(text, "clusterhealth_gpu_utilization_ratio", gpu="0") == 1.0
+    assert value(text, "clusterhealth_gpu_sm_active_ratio", gpu="0") == pytest.approx(0.04)
+    assert value(text, "clusterhealth_gpu_sm_occupancy_ratio", gpu="0") == pytest.approx(0.02)
+
+
+def test_gpu_without_gpm_falls_back_to_utilization(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"name": "NVIDIA A100-SXM4-80GB", "gpm_supported": False, "utilization": 0.9}))
+    assert "clusterhealth_gpu_sm_active_ratio" not in text
+    assert "clusterhealth_gpu_sm_occupancy_ratio" not in text
+    assert value(text, "clusterhealth_gpu_utilization_ratio", gpu="0") == 0.9
+
+
+def test_gpm_can_be_switched_off(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"sm_active": 0.5}), gpm=False)
+    assert "clusterhealth_gpu_sm_active_ratio" not in text
+
+
+def test_driver_older_than_r535_falls_back_to_throttle_reasons(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(
+            driver_version="525.85.12",
+            cuda_driver_version=12000,
+            faults=[fault(0, set={"clocks_event_reasons": ["sw_power_cap"]})],
+        )
+    )
+    assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="0", reason="sw_power_cap") == 1
+    assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason="gpu_idle") == 1
+    assert (
+        value(text, "clusterhealth_gpu_driver_info", driver_version="525.85.12", cuda_driver_version="12.0")
+        == 1
+    )
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+def test_xid_events_are_counted_per_gpu_and_code(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(faults=[fault(0, xid=[13, 13, 31]), fault(1, xid=[48])]))
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="13") == 2
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="31") == 1
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="48") == 1
+
+
+def test_units_are_converted_once_at_the_boundary(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(
+            gpu_count=1,
+            frozen_at_seconds=100,
+            gpu={"power_watts": 612.4, "energy_joules": 5000.0, "memory_used_mib": 1024},
+        )
+    )
+    assert value(text, "clusterhealth_gpu_power_watts") == pytest.approx(612.4)
+    assert value(text, "clusterhealth_gpu_energy_joules_total") == pytest.approx(5000 + 612.4 * 100)
+    assert value(text, "clusterhealth_gpu_memory_used_bytes") == 1024 * 2**20
+    assert value(text, "clusterhealth_gpu_memory_total_bytes") == 81559 * 2**20
+    assert value(text, "clusterhealth_gpu_memory_clock_hertz") == 2619e6
+    assert value(text, "clusterhealth_gpu_performance_state") == 0
+
+
+@pytest.mark.parametrize("state", ["library_missing", "driver_not_loaded"])
+def test_nvml_unusable_fails_the_collector_only(scrape: Callable[..., str], state: str) -> None:
+    text = scrape(scenario(nvml=state))
+    assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 0
+    assert "clusterhealth_gpu_up" not in text
+    assert value(text, "clusterhealth_build_info") == 1
