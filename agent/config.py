@@ -269,3 +269,14 @@ def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
         rows.append((key, json.dumps(to_mapping(default)), f.metadata["doc"]))
     return rows
+
+
+def reference_markdown() -> str:
+    """The configuration reference table of docs/configuration.md."""
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -84,3 +84,7 @@ class Exposition:
             if self._gzipped is None:
                 self._gzipped = gzip.compress(self._text, compresslevel=5)
             return self._gzipped
+
+    def refresh(self) -> None:
+        """Render now (both encodings), ahead of the next scrape."""
+        self.render(gzipped=True)

@@ -56,6 +56,8 @@ def _iso(wall: float) -> str:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops connections when many scrapers arrive at once.
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A scraper that hangs up mid-response is routine; anything else is worth one line.

@@ -770,7 +770,9 @@ class SimulatedLibrary:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return pynvml.NVML_ERROR_TIMEOUT
-            time.sleep(min(remaining, 0.05))
+            # Sleep until the next event is due or the wait times out, as the driver blocks.
+            upcoming = [f.from_seconds - t for f in self.scenario.faults if f.xids and f.from_seconds > t]
+            time.sleep(min([remaining, *upcoming]) + 0.001)
 
 
 class _LibraryView:

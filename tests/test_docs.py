@@ -1,0 +1,32 @@
+"""The docs describe what the code does: the config reference and the README's metric table."""
+
+from __future__ import annotations
+
+import re
+
+from clusterhealth.agent import config as configuration
+
+from .conftest import GOLDEN, ROOT, samples
+
+README = (ROOT / "README.md").read_text()
+
+
+def test_configuration_reference_is_the_generated_one() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("<!-- reference:start -->\n", 1)[1].split("<!-- reference:end -->", 1)[0]
+    assert section == configuration.reference_markdown(), (
+        "regenerate with python -m clusterhealth.agent.config"
+    )
+
+
+def test_readme_lists_every_gpu_metric_the_agent_exports() -> None:
+    documented = set(re.findall(r"^\| `(clusterhealth_[a-z0-9_]+)` \|", README, flags=re.M))
+    golden = (GOLDEN / "h100-faulty.prom").read_text()
+    # The golden file leaves out the durations, which change from run to run.
+    exported = {name for name, _ in samples(golden)} | {"clusterhealth_scrape_collector_duration_seconds"}
+    assert exported - documented == set(), "exported but not in the README"
+    assert documented - exported == set(), "in the README but not exported by the faulty scenario"
+
+
+def test_readme_gives_the_two_setup_commands() -> None:
+    assert "make demo" in README and "make test" in README
