@@ -1,0 +1,145 @@
+"""Kernel-log lines from real nodes, parsed into events: every captured line must come out as expected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterhealth.checks.kernel_log import KernelEvent, normalize_pci_bus_id, parse_line, strip_prefix
+
+KMSG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmsg"
+
+
+def _load(name: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = json.loads((KMSG_FIXTURES / name).read_text(encoding="utf-8"))
+    return entries
+
+
+EXPECTED = _load("expected.json")
+EXTRA = _load("extra_lines.json")
+
+
+def _outcome(event: KernelEvent | None) -> tuple[str | None, str | None, int | None]:
+    return (event.kind, event.pci, event.code) if event else (None, None, None)
+
+
+@pytest.mark.parametrize("entry", EXPECTED, ids=[f"{i:02d}" for i in range(len(EXPECTED))])
+def test_shared_fixture_line(entry: dict[str, Any]) -> None:
+    assert _outcome(parse_line(entry["line"])) == (entry["kind"], entry["pci"], entry["code"])
+
+
+@pytest.mark.parametrize("entry", EXTRA, ids=[f"extra-{i:02d}" for i in range(len(EXTRA))])
+def test_extra_fixture_line(entry: dict[str, Any]) -> None:
+    assert _outcome(parse_line(entry["line"])) == (entry["kind"], entry["pci"], entry["code"])
+
+
+def test_lines_txt_and_expected_json_hold_the_same_lines() -> None:
+    rows = (KMSG_FIXTURES / "lines.txt").read_text(encoding="utf-8").splitlines()
+    pairs = [tuple(row.split("\t", 1)) for row in rows]
+    assert pairs == [(e["source"], e["line"]) for e in EXPECTED]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: "
+            "GPU-509665ad-b600-ac93-3616-d754b23d636d",
+            "NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+        ),
+        (
+            "[Fri Aug  9 13:32:56 2024] NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, "
+            "Contained: SM (0x1). RST: No, D-RST: No",
+            "NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). "
+            "RST: No, D-RST: No",
+        ),
+        (
+            "kern  :warn  : 2025-01-21T04:41:44,287197+00:00 NVRM: Xid (PCI:0000:38:00): 43, pid=2924364, "
+            "name=pt_main_thread, Ch 00000008",
+            "NVRM: Xid (PCI:0000:38:00): 43, pid=2924364, name=pt_main_thread, Ch 00000008",
+        ),
+        (
+            "Sep 19 16:18:02 bubz kernel: [68183.615790] pcieport 0000:00:03.1: AER: Correctable error "
+            "message received from 0000:00:00.0",
+            "pcieport 0000:00:03.1: AER: Correctable error message received from 0000:00:00.0",
+        ),
+        (
+            "[  +0.000001] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: "
+            "0000:00:03.0",
+            "pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
+        ),
+        # The "mce: CPU6:" must survive: it looks like a "facility :level :" prefix but is not one.
+        (
+            "[76747.169399] mce: CPU6: Package temperature above threshold, cpu clock throttled (total "
+            "events = 3654)",
+            "mce: CPU6: Package temperature above threshold, cpu clock throttled (total events = 3654)",
+        ),
+        ("NVRM: Xid (PCI:0000:0a:00): 13, anything", "NVRM: Xid (PCI:0000:0a:00): 13, anything"),
+    ],
+)
+def test_prefixes_are_stripped_from_the_message(line: str, message: str) -> None:
+    assert strip_prefix(line) == message
+    event = parse_line(line)
+    if event is not None:
+        assert event.message == message
+
+
+def test_event_message_keeps_the_kernel_text() -> None:
+    event = parse_line(EXPECTED[0]["line"])
+    assert event == KernelEvent(
+        kind="xid",
+        pci="0000:9b:00",
+        code=119,
+        message="NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of "
+        "waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    )
+
+
+def test_fallen_off_the_bus_notice_read_from_kmsg_is_one_event() -> None:
+    # /dev/kmsg gives the driver's three-line notice as one message; dmesg splits it for display.
+    group = [e["line"] for e in EXPECTED if e.get("group") == "nvsentinel-155"]
+    assert len(group) == 3
+    message = "\n".join(strip_prefix(line) for line in group)
+    assert message.startswith("NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5)")
+    assert _outcome(parse_line(message)) == ("xid", "0000:b3:00.0", None)
+
+
+@pytest.mark.parametrize("line", ["", "   ", "[12345.678901] ", "kernel: ", "random text"])
+def test_lines_without_an_event(line: str) -> None:
+    assert parse_line(line) is None
+
+
+@pytest.mark.parametrize(
+    ("printed", "canonical"),
+    [
+        ("0000:3b:00", "0000:3b:00.0"),  # NVRM Xid line
+        ("PCI:0000:3b:00", "0000:3b:00.0"),  # NVRM "GPU at" line
+        ("0000:3b:00.0", "0000:3b:00.0"),  # kernel dev_printk, sysfs
+        ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML pciBusId
+        ("3b:00.0", "0000:3b:00.0"),  # lspci
+        ("0019:01:00", "0019:01:00.0"),  # Grace-Blackwell domain from an Xid 149 line
+        ("0000:84:00.0", "0000:84:00.0"),  # SXid line
+        ("00010000:01:00.0", "10000:01:00.0"),  # VMD domains are wider than 4 digits
+        (" 0000:00:1c.5 ", "0000:00:1c.5"),
+    ],
+)
+def test_normalize_pci_bus_id(printed: str, canonical: str) -> None:
+    assert normalize_pci_bus_id(printed) == canonical
+
+
+def test_xid_bus_id_matches_nvml_bus_id() -> None:
+    xid = parse_line("[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.")
+    assert xid is not None and xid.pci is not None
+    nvml_gpus = {normalize_pci_bus_id("00000000:02:00.0"): 3, normalize_pci_bus_id("00000000:03:00.0"): 4}
+    assert nvml_gpus[normalize_pci_bus_id(xid.pci)] == 3
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "0003:00", "0000:3b", "0000:3b:20.0", "0000:3b:00.8", "GPU-5096", "zz:00.0"]
+)
+def test_normalize_pci_bus_id_rejects_what_is_not_a_bus_id(bad: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_pci_bus_id(bad)

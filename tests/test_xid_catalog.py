@@ -1,0 +1,98 @@
+"""The Xid/SXid catalog: every code the agent alerts on is described, and unknown codes are handled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterhealth.checks.kernel_log import parse_line
+from clusterhealth.checks.xid_catalog import (
+    CRITICAL_SXIDS,
+    CRITICAL_XIDS,
+    SXID_CATALOG,
+    XID_CATALOG,
+    XidInfo,
+    describe,
+    describe_sxid,
+)
+
+KMSG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmsg"
+
+REQUIRED_XIDS = [13, 31, 32, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 123]
+REQUIRED_XIDS += [140, 143, *range(144, 151)]
+
+
+def _complete(info: XidInfo) -> bool:
+    return all(text.strip() for text in (info.name, info.meaning, info.action)) and info.severity in (
+        "critical",
+        "warning",
+        "info",
+    )
+
+
+@pytest.mark.parametrize("code", REQUIRED_XIDS)
+def test_required_xid_is_described(code: int) -> None:
+    info = describe(code)
+    assert info.known
+    assert info.code == code
+    assert _complete(info)
+
+
+def test_every_catalog_entry_is_complete_and_keyed_by_its_code() -> None:
+    for catalog in (XID_CATALOG, SXID_CATALOG):
+        for code, info in catalog.items():
+            assert info.code == code
+            assert info.known
+            assert _complete(info), code
+
+
+@pytest.mark.parametrize("code", [0, 1, 9999, -5])
+def test_unknown_xid(code: int) -> None:
+    info = describe(code)
+    assert not info.known
+    assert info.code == code
+    assert info.severity == "warning"
+    assert _complete(info)
+    assert "docs.nvidia.com" in info.action
+
+
+def test_unknown_sxid() -> None:
+    info = describe_sxid(1)
+    assert (info.known, info.severity) == (False, "warning")
+    assert "fabric-manager-user-guide" in info.action
+
+
+def test_critical_sets_are_the_critical_entries() -> None:
+    assert CRITICAL_XIDS.issubset(XID_CATALOG)
+    assert {c for c, x in XID_CATALOG.items() if x.severity == "critical"} == CRITICAL_XIDS
+    assert CRITICAL_SXIDS.issubset(SXID_CATALOG)
+    assert {c for c, x in SXID_CATALOG.items() if x.severity == "critical"} == CRITICAL_SXIDS
+
+
+def test_hardware_xids_alert_and_application_xids_do_not() -> None:
+    # Double-bit ECC, row remapping, NVLink, off the bus, SBE storms, (un)contained ECC, GSP.
+    assert {48, 63, 64, 74, 79, 92, 94, 95, 119, 120} <= CRITICAL_XIDS
+    # Faults of one application: the GPU is fine.
+    assert not {13, 31, 32, 43, 45, 68, 69} & CRITICAL_XIDS
+
+
+def test_catalog_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        XID_CATALOG[1] = describe(1)  # type: ignore[index]
+
+
+def test_every_code_in_the_captured_lines_is_catalogued() -> None:
+    entries: list[dict[str, Any]] = json.loads((KMSG_FIXTURES / "expected.json").read_text(encoding="utf-8"))
+    entries += json.loads((KMSG_FIXTURES / "extra_lines.json").read_text(encoding="utf-8"))
+    for entry in entries:
+        event = parse_line(entry["line"])
+        if event is None or event.code is None:
+            continue
+        # Xid 14 comes from NVIDIA's pre-Ampere example and is unused on current GPUs.
+        if event.kind == "xid" and event.code != 14:
+            assert describe(event.code).known, event.code
+        if event.kind == "sxid":
+            assert describe_sxid(event.code).known, event.code
