@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from clusterhealth.agent import __version__
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
+from clusterhealth.checks import probe_parsers
 from clusterhealth.exporters.nvml_sim import ScenarioError
 
 EXIT_CONFIG = 2
@@ -50,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     scrape = sub.add_parser("scrape", help="collect once, print the exposition, exit 0")
     _common(scrape)
 
+    probe = sub.add_parser("probe", help="fabric probes: parse a saved output")
+    probe_sub = probe.add_subparsers(dest="probe_command", required=True, metavar="ACTION")
+    parse = probe_sub.add_parser("parse", help="parse a saved probe output and print it as JSON")
+    parse.add_argument("--kind", required=True, choices=probe_parsers.KINDS)
+    parse.add_argument("file", metavar="FILE", help="the saved output ('-' for standard input)")
+
     demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
     demo.add_argument("--listen", metavar="HOST:PORT", default=f"127.0.0.1:{configuration.DEFAULT_PORT}")
     demo.add_argument("--scenario", metavar="NAME|FILE", default="h100-faulty", help="default h100-faulty")
@@ -75,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _agent(args)
         if args.command == "scrape":
             return _scrape(args)
+        if args.command == "probe" and args.probe_command == "parse":
+            return _probe_parse(args)
         if args.command == "demo":
             from clusterhealth.agent.demo import run_demo
 
@@ -99,6 +110,17 @@ def _agent(args: argparse.Namespace) -> int:
         print(f"clusterhealth: cannot listen on {config.listen}: {err.strerror}", file=sys.stderr)
         return 1
     return agent.run()
+
+
+def _probe_parse(args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
+    except OSError as err:
+        print(f"clusterhealth: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 1
+    result = probe_parsers.parse(args.kind, text)
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    return 0
 
 
 def _scrape(args: argparse.Namespace) -> int:
