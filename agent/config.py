@@ -97,8 +97,31 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class KernelLogConfig:
+    enabled: bool = setting(
+        True, doc="watch the kernel log (paths.kmsg) for Xid, SXid, PCIe AER, mlx5 errors"
+    )
+    interval_seconds: float = setting(5.0, doc="how often new kernel-log records are read", min=0.5, max=3600)
+    timeout_seconds: float = setting(
+        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
+    )
+    start: str = setting(
+        "boot",
+        doc="read the log from boot (events since boot count) or only from now",
+        choices=("boot", "now"),
+    )
+    max_records_per_cycle: int = setting(
+        20000,
+        doc="records read per cycle at most; the rest wait in the kernel's buffer",
+        min=100,
+        max=10_000_000,
+    )
+
+
+@dataclass(frozen=True)
 class CollectorsConfig:
     gpu: GpuConfig = setting(default_factory=GpuConfig, doc="the NVML GPU exporter")
+    kernel_log: KernelLogConfig = setting(default_factory=KernelLogConfig, doc="the kernel-log watcher")
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,16 @@ from clusterhealth.agent import log as logsetup
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
 from clusterhealth.agent.sampling import Sampler
+from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.exporters import nvml_sim
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.nvml import NvmlSession
-from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
+from clusterhealth.exporters.xid import NvmlXidWatcher, XidCollector, XidLedger
 
 log = logging.getLogger("clusterhealth.agent")
+
+# The Xid ledger is read from memory: cheap enough to export within a second of an event.
+XID_INTERVAL_SECONDS = 1.0
 
 
 @dataclass
@@ -37,6 +41,8 @@ class Node:
     ledger: XidLedger = field(default_factory=XidLedger)
     simulator: nvml_sim.SimulatedLibrary | None = None
     xid_watcher: NvmlXidWatcher | None = None
+    # Kept across reloads: its position in the kernel log and its counters must not start over.
+    kernel_log: KernelLogCollector | None = None
 
     @classmethod
     def create(cls, config: configuration.Config) -> Node:
@@ -58,6 +64,8 @@ class Node:
     def close(self) -> None:
         if self.xid_watcher is not None:
             self.xid_watcher.stop()
+        if self.kernel_log is not None:
+            self.kernel_log.close()
         self.session.shutdown()
 
 
@@ -69,11 +77,29 @@ def build_samplers(
     if gpu.enabled:
         collector = GpuCollector(
             node.session,
-            node.ledger,
             gpm=gpu.gpm,
             gpm_min_window_seconds=gpu.gpm_min_window_seconds,
         )
         samplers.append(Sampler(collector, gpu.interval_seconds, gpu.timeout_seconds, on_snapshot))
+    kernel = config.collectors.kernel_log
+    if kernel.enabled:
+        if node.kernel_log is None or node.kernel_log.path != config.paths.kmsg:
+            if node.kernel_log is not None:
+                node.kernel_log.close()
+            node.kernel_log = KernelLogCollector(
+                config.paths.kmsg,
+                node.ledger,
+                node.session.gpu_bus_ids,
+                start="now" if kernel.start == "now" else "boot",
+                max_records_per_cycle=kernel.max_records_per_cycle,
+            )
+        samplers.append(
+            Sampler(node.kernel_log, kernel.interval_seconds, kernel.timeout_seconds, on_snapshot)
+        )
+    if gpu.enabled or kernel.enabled:
+        # Last, so that a one-shot scrape sees what the two sources above just recorded.
+        xid = XidCollector(node.ledger, node.session.uuids)
+        samplers.append(Sampler(xid, XID_INTERVAL_SECONDS, XID_INTERVAL_SECONDS * 10, on_snapshot))
     return samplers
 
 

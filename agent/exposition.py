@@ -1,16 +1,18 @@
-"""The agent's own CollectorRegistry: snapshots of every collector plus the meta metrics.
+"""The exposition: snapshots of every collector plus the meta metrics, rendered with caching.
 
-Rendering is cached per combination of snapshot generations and statuses, so fifty Prometheus
-servers and dashboards scraping at once cost one serialization per collection cycle.
+The agent never touches prometheus_client's global registry. Each collector's snapshot is
+rendered once, when it changes, and kept; a scrape joins the cached parts with the small meta
+part, so fifty scrapers cost one serialization per collection cycle and a collector that runs
+every second re-renders only its own few series.
 """
 
 from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from clusterhealth.agent import __version__
@@ -19,15 +21,14 @@ from clusterhealth.agent.sampling import Sampler, Status
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class _SnapshotCollector:
-    def __init__(self, samplers: Callable[[], Sequence[Sampler]]):
-        self._samplers = samplers
+class _Families:
+    """A collector over a fixed list of families, in the shape generate_latest expects."""
 
-    def collect(self) -> Iterator[Metric]:
-        statuses = [s.status() for s in self._samplers()]
-        yield from meta_families(statuses)
-        for status in statuses:
-            yield from status.families
+    def __init__(self, families: Iterable[Metric]):
+        self._families = list(families)
+
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
 def meta_families(statuses: Sequence[Status]) -> list[Metric]:
@@ -53,30 +54,22 @@ def meta_families(statuses: Sequence[Status]) -> list[Metric]:
 
 
 class Exposition:
-    """Renders the registry, reusing the last rendering while no snapshot has changed."""
+    """Renders the samplers' snapshots, reusing what has not changed."""
 
     def __init__(self, samplers: Callable[[], Sequence[Sampler]]):
         self._samplers = samplers
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_SnapshotCollector(samplers))
         self._lock = threading.Lock()
         self._key: tuple[object, ...] | None = None
+        self._parts: dict[int, tuple[object, bytes]] = {}  # id(sampler) -> (its key, its text)
         self._text = b""
         self._gzipped: bytes | None = None
 
-    def _current_key(self) -> tuple[object, ...]:
-        key = []
-        for sampler in self._samplers():
-            status = sampler.status()
-            generation = status.snapshot.generation if status.snapshot else 0
-            key.append((sampler.name, id(sampler), generation, status.success))
-        return tuple(key)
-
     def render(self, gzipped: bool = False) -> bytes:
-        key = self._current_key()
+        current = [(sampler, sampler.status()) for sampler in self._samplers()]
+        key = tuple(_part_key(sampler, status) for sampler, status in current)
         with self._lock:
             if key != self._key:
-                self._text = generate_latest(self.registry)
+                self._text = self._render(current)
                 self._gzipped = None
                 self._key = key
             if not gzipped:
@@ -85,6 +78,24 @@ class Exposition:
                 self._gzipped = gzip.compress(self._text, compresslevel=5)
             return self._gzipped
 
+    def _render(self, current: list[tuple[Sampler, Status]]) -> bytes:
+        parts = [generate_latest(_Families(meta_families([status for _, status in current])))]
+        fresh: dict[int, tuple[object, bytes]] = {}
+        for sampler, status in current:
+            part_key = _part_key(sampler, status)
+            cached = self._parts.get(id(sampler))
+            if cached is None or cached[0] != part_key:
+                cached = (part_key, generate_latest(_Families(status.families)))
+            fresh[id(sampler)] = cached
+            parts.append(cached[1])
+        self._parts = fresh
+        return b"".join(parts)
+
     def refresh(self) -> None:
         """Render now (both encodings), ahead of the next scrape."""
         self.render(gzipped=True)
+
+
+def _part_key(sampler: Sampler, status: Status) -> tuple[object, ...]:
+    generation = status.snapshot.generation if status.snapshot else 0
+    return (sampler.name, id(sampler), generation, status.success, len(status.families))

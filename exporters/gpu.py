@@ -17,7 +17,6 @@ import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.exporters.nvml import GpuGone, NvmlSession, error_name
-from clusterhealth.exporters.xid import UNKNOWN_GPU, XidLedger
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -252,14 +251,12 @@ class GpuCollector:
     def __init__(
         self,
         session: NvmlSession,
-        ledger: XidLedger,
         *,
         gpm: bool = True,
         gpm_min_window_seconds: float = 1.0,
     ):
-        self.session, self.ledger = session, ledger
+        self.session = session
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
-        self._uuids: dict[int, str] = {}  # static per index; kept so a lost GPU keeps its uuid label
         self._down: dict[int, str] = {}
         self._gpm_support: dict[str, bool] = {}
         self._gpm_previous: dict[int, _GpmSample] = {}
@@ -271,7 +268,8 @@ class GpuCollector:
         driver = _text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
         cuda = s.system("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         handles: dict[int, Any] = {}
-        readings = [self._read(i, count, handles) for i in range(max(count, len(self._uuids)))]
+        readings = [self._read(i, count, handles) for i in range(max(count, len(self.session.uuids)))]
+        self.session.bus_ids.update({r.pci_bus_id: r.index for r in readings if r.pci_bus_id})
         if self.gpm:
             self._read_gpm(readings, handles)
         for message in s.take_new_errors():
@@ -290,16 +288,20 @@ class GpuCollector:
                 raise GpuGone(index, "nvmlDeviceGetCount", pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND))
             handle = s.require(index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
             uuid = _text(s.require(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)) or ""
-            self._uuids[index] = uuid
+            self.session.uuids[index] = uuid
             reading = read_gpu(s, index, handle, uuid)
             handles[index] = handle
         except GpuGone as gone:
             reason = f"{gone.call}: {gone.error}"
             if self._down.get(index) != reason:
-                log.error("GPU %d (%s) is down: %s", index, self._uuids.get(index, "uuid unknown"), reason)
+                log.error(
+                    "GPU %d (%s) is down: %s", index, self.session.uuids.get(index, "uuid unknown"), reason
+                )
             self._down[index] = reason
             self._gpm_previous.pop(index, None)
-            return GpuReading(index=index, uuid=self._uuids.get(index, ""), up=False, down_reason=reason)
+            return GpuReading(
+                index=index, uuid=self.session.uuids.get(index, ""), up=False, down_reason=reason
+            )
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
             del self._down[index]
@@ -508,16 +510,6 @@ class GpuCollector:
                 for error, count in link.errors.items():
                     nvlink_errors.add_metric([*base, str(link.link), error], float(count))
 
-        xid = f.counter(
-            "clusterhealth_gpu_xid_errors",
-            "Xid errors, from NVML events and the kernel log, each counted once.",
-            ["xid"],
-        )
-        for (gpu, code), count in sorted(self.ledger.counts().items()):
-            if gpu == UNKNOWN_GPU:
-                xid.add_metric(["", "", str(code)], float(count))
-            else:
-                xid.add_metric([str(gpu), self._uuids.get(gpu, ""), str(code)], float(count))
         errors = f.counter(
             "clusterhealth_gpu_nvml_errors",
             "NVML calls that failed with an unexpected error (the series they feed are absent).",
@@ -525,7 +517,7 @@ class GpuCollector:
         )
         for (gpu, call, error), count in sorted(self.session.call_errors.items()):
             gpu_label = str(gpu) if gpu >= 0 else ""
-            errors.add_metric([gpu_label, self._uuids.get(gpu, ""), call, error], float(count))
+            errors.add_metric([gpu_label, self.session.uuids.get(gpu, ""), call, error], float(count))
 
         driver_info = GaugeMetricFamily(
             "clusterhealth_gpu_driver_info",

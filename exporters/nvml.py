@@ -55,6 +55,10 @@ LIBRARY_UNUSABLE = frozenset(
 )
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 def error_name(err: pynvml.NVMLError) -> str:
     """`NVMLError_GpuIsLost` -> `GpuIsLost`: a stable label value for an NVML error."""
     return type(err).__name__.removeprefix("NVMLError_") if type(err) is not pynvml.NVMLError else "Unknown"
@@ -83,6 +87,12 @@ class NvmlSession:
         # The first time a call fails on a GPU with an unexpected error, for logging it once.
         self.new_errors: list[str] = []
         self.missing_functions: set[str] = set()
+        # NVML's PCI bus id of each GPU -> its index; kept by the gpu collector, read by the
+        # kernel-log watcher to name the GPU of an Xid line.
+        self.bus_ids: dict[str, int] = {}
+        # GPU index -> UUID, learnt by the gpu collector and kept, so that a GPU that fell off the
+        # bus (and no longer tells its UUID) keeps its uuid label.
+        self.uuids: dict[int, str] = {}
 
     def ensure_init(self) -> None:
         with self._lock:
@@ -93,6 +103,19 @@ class NvmlSession:
             except pynvml.NVMLError as err:
                 raise NvmlUnavailable(f"nvmlInit: {err}") from err
             self._initialised = True
+
+    def gpu_bus_ids(self) -> dict[str, int]:
+        """NVML bus id -> GPU index; asked from NVML when the gpu collector has not run yet."""
+        if not self.bus_ids:
+            try:
+                self.ensure_init()
+                for index in range(pynvml.nvmlDeviceGetCount()):
+                    with contextlib.suppress(pynvml.NVMLError):  # a lost GPU: its lines stay unnamed
+                        pci = pynvml.nvmlDeviceGetPciInfo_v3(pynvml.nvmlDeviceGetHandleByIndex(index))
+                        self.bus_ids[_text(pci.busId)] = index
+            except (NvmlUnavailable, pynvml.NVMLError):
+                pass  # no NVML: Xid lines are counted with an empty gpu label
+        return dict(self.bus_ids)
 
     def shutdown(self) -> None:
         with self._lock:

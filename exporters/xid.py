@@ -14,10 +14,12 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from clusterhealth.exporters.nvml import NvmlSession, NvmlUnavailable
 
@@ -71,6 +73,32 @@ class XidLedger:
     def counts(self) -> dict[tuple[int, int], int]:
         with self._lock:
             return dict(self._counts)
+
+
+class XidCollector:
+    """The `xid` collector: the ledger's counts, whichever source fed them.
+
+    Apart from the gpu collector so that Xid lines from the kernel log still export when NVML is
+    unusable, which is when they matter most (the driver is wedged, a GPU fell off the bus).
+    """
+
+    name = "xid"
+
+    def __init__(self, ledger: XidLedger, uuids: Mapping[int, str]):
+        self.ledger, self.uuids = ledger, uuids
+
+    def collect(self) -> list[Metric]:
+        xid = CounterMetricFamily(
+            "clusterhealth_gpu_xid_errors",
+            "Xid errors, from NVML events and the kernel log, each counted once.",
+            labels=["gpu", "uuid", "xid"],
+        )
+        for (gpu, code), count in sorted(self.ledger.counts().items()):
+            if gpu == UNKNOWN_GPU:
+                xid.add_metric(["", "", str(code)], float(count))
+            else:
+                xid.add_metric([str(gpu), self.uuids.get(gpu, ""), str(code)], float(count))
+        return [xid] if xid.samples else []
 
 
 def _address(handle: Any) -> int:

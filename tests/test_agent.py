@@ -26,7 +26,12 @@ def config_file(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def fast_gpu(**extra: Any) -> dict[str, Any]:
-    return {"collectors": {"gpu": {"interval_seconds": 0.5, "gpm_min_window_seconds": 0.05, **extra}}}
+    return {
+        "collectors": {
+            "gpu": {"interval_seconds": 0.5, "gpm_min_window_seconds": 0.05, **extra},
+            "kernel_log": {"enabled": False},
+        }
+    }
 
 
 def test_serves_metrics_and_healthz(

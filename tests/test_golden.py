@@ -75,7 +75,9 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     data["frozen_at_seconds"] = 600
     path = tmp_path_factory.mktemp("golden") / "h100-faulty-frozen.yaml"
     path.write_text(yaml.safe_dump(data))
-    result = run_cli("scrape", "--simulate", str(path))
+    kmsg = path.parent / "kmsg"
+    kmsg.write_text("")
+    result = run_cli("scrape", "--simulate", str(path), "--kmsg-path", str(kmsg))
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -23,7 +23,11 @@ from .conftest import scenario, value
 def scrape(write_scenario: Callable[..., Path]) -> Iterator[Callable[..., str]]:
     def run(data: dict[str, Any], **gpu: Any) -> str:
         path = write_scenario(data)
-        overrides = {"simulate": str(path), "collectors.gpu.gpm_min_window_seconds": 0.05}
+        overrides = {
+            "simulate": str(path),
+            "collectors.gpu.gpm_min_window_seconds": 0.05,
+            "collectors.kernel_log.enabled": False,
+        }
         overrides.update({f"collectors.gpu.{k}": v for k, v in gpu.items()})
         return scrape_once(configuration.load(None, overrides)).decode()
 

@@ -1,0 +1,157 @@
+"""The kernel-log watcher: reads /dev/kmsg each cycle and turns hardware lines into counters.
+
+Xid lines go to the shared `XidLedger`, so an Xid that NVML also delivered counts once; the bus id
+printed by the driver is mapped to the GPU's NVML index. Every other event (NVSwitch SXid, PCIe AER,
+mlx5, machine checks, thermal) counts in `clusterhealth_kernel_events_total{event}`.
+
+Memory stays bounded whatever the kernel prints: a cycle reads at most `max_records_per_cycle`
+records (the rest waits for the next cycle; the kernel's ring buffer is the queue, and an overrun
+is counted as lost records), the counters are per event kind, and only the last `keep_recent`
+events are kept for `clusterhealth check`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from clusterhealth.checks.kernel_log import KernelEvent, normalize_pci_bus_id, parse_line
+from clusterhealth.checks.kmsg import KmsgReader, KmsgRecord
+from clusterhealth.exporters.xid import UNKNOWN_GPU, XidLedger
+
+log = logging.getLogger("clusterhealth.kernel_log")
+
+XID_FELL_OFF_THE_BUS = 79
+# Every kind is exported from the start at 0, so that increase() sees the first event.
+EVENT_KINDS = ("sxid", "pcie_aer_corrected", "pcie_aer_uncorrected", "mlx5", "mce", "thermal")
+
+
+@dataclass(frozen=True)
+class SeenEvent:
+    """One hardware event from the kernel log, for `check` and its reasons."""
+
+    kind: str
+    code: int | None
+    pci: str | None
+    gpu: int | None
+    boot_seconds: float  # the record's time since boot
+    message: str
+
+
+class KernelLogCollector:
+    """The `kernel_log` collector."""
+
+    name = "kernel_log"
+
+    def __init__(
+        self,
+        path: str,
+        ledger: XidLedger,
+        gpu_index_of_bus: Callable[[], Mapping[str, int]],
+        *,
+        start: Literal["boot", "now"] = "boot",
+        max_records_per_cycle: int = 20_000,
+        keep_recent: int = 200,
+    ):
+        self.path, self.ledger, self.start = path, ledger, start
+        self._gpu_index_of_bus = gpu_index_of_bus
+        self.max_records_per_cycle = max_records_per_cycle
+        self._reader: KmsgReader | None = None
+        self.events: Counter[str] = Counter(dict.fromkeys(EVENT_KINDS, 0))
+        self.records_read = 0
+        self.recent: deque[SeenEvent] = deque(maxlen=keep_recent)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def collect(self) -> list[Metric]:
+        if self._reader is None:
+            # An unreadable device raises here: the collector reports failure, the agent goes on.
+            self._reader = KmsgReader(self.path, self.start)
+        budget = self.max_records_per_cycle
+        while budget > 0:
+            records = self._reader.read_available(min(budget, 1000))
+            if not records:
+                break
+            budget -= len(records)
+            self.records_read += len(records)
+            for record in records:
+                self._handle(record)
+        return self._families()
+
+    def _handle(self, record: KmsgRecord) -> None:
+        event = parse_line(record.message)
+        if event is None:
+            return
+        seconds = record.timestamp_us / 1e6
+        if event.kind == "xid":
+            code = event.code if event.code is not None else XID_FELL_OFF_THE_BUS
+            gpu = self._gpu_index(event.pci)
+            # The kernel's printk clock counts from boot like CLOCK_MONOTONIC, the NVML side's clock.
+            self.ledger.record("kmsg", gpu, code, when=seconds)
+            self.recent.append(SeenEvent("xid", code, event.pci, gpu, seconds, event.message))
+            return
+        kind = _counted_kind(event)
+        if kind is None:
+            return
+        self.events[kind] += 1
+        self.recent.append(SeenEvent(kind, event.code, event.pci, None, seconds, event.message))
+
+    def _gpu_index(self, pci: str | None) -> int:
+        if pci is None:
+            return UNKNOWN_GPU
+        try:
+            bus = normalize_pci_bus_id(pci)
+        except ValueError:
+            return UNKNOWN_GPU
+        for nvml_bus, index in self._gpu_index_of_bus().items():
+            try:
+                if normalize_pci_bus_id(nvml_bus) == bus:
+                    return index
+            except ValueError:
+                continue
+        return UNKNOWN_GPU
+
+    def _families(self) -> list[Metric]:
+        events = CounterMetricFamily(
+            "clusterhealth_kernel_events",
+            "Hardware events in the kernel log; Xid errors count in clusterhealth_gpu_xid_errors_total.",
+            labels=["event"],
+        )
+        for kind, count in sorted(self.events.items()):
+            events.add_metric([kind], float(count))
+        families: list[Metric] = [events]
+        reader = self._reader
+        if reader is not None:
+            lost = CounterMetricFamily(
+                "clusterhealth_kernel_log_lost_records",
+                "Kernel-log records overwritten before the agent read them (ring buffer overrun).",
+            )
+            lost.add_metric([], float(reader.lost_records))
+            read = CounterMetricFamily("clusterhealth_kernel_log_records", "Kernel-log records read.")
+            read.add_metric([], float(self.records_read))
+            families += [lost, read]
+        return families
+
+    def recent_events(self, within_seconds: float | None = None) -> list[SeenEvent]:
+        """Events seen, newest last; only those printed in the last `within_seconds` if given."""
+        if within_seconds is None:
+            return list(self.recent)
+        now = time.monotonic()  # the printk clock, like CLOCK_MONOTONIC, counts from boot
+        return [e for e in self.recent if now - e.boot_seconds <= within_seconds]
+
+
+def _counted_kind(event: KernelEvent) -> str | None:
+    # The kernel reports one AER error twice: "AER: ... error received" from the root port, then
+    # "PCIe Bus Error: severity=..." from the device. Count the device's line, once per error.
+    if event.kind.startswith("pcie_aer_") and "PCIe Bus Error" not in event.message:
+        return None
+    return event.kind

@@ -1,0 +1,139 @@
+"""The kernel-log watcher end to end: /dev/kmsg records in, counters out, Xid counted once."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.exporters.xid import XidLedger
+
+from .conftest import FIXTURES, AgentProcess, run_cli, scenario, value
+from .test_kmsg import kmsg_record
+
+LINES = [line.split("\t", 1)[1].rstrip("\n") for line in (FIXTURES / "kmsg" / "lines.txt").open()]
+EXPECTED: list[dict[str, Any]] = json.loads((FIXTURES / "kmsg" / "expected.json").read_text())
+
+XID_79 = "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def write_kmsg(path: Path, messages: list[str], usec: int = 5_678_901) -> Path:
+    path.write_bytes(b"".join(kmsg_record(seq, m, usec=usec + seq) for seq, m in enumerate(messages, 1)))
+    return path
+
+
+def scrape(tmp_path: Path, data: dict[str, Any], kmsg: Path) -> str:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("scrape", "--simulate", str(path), "--kmsg-path", str(kmsg))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_xid_line_is_counted_for_the_gpu_on_that_bus(tmp_path: Path) -> None:
+    node = scenario(gpus={1: {"pci_bus_id": "00000000:91:00.0"}})
+    text = scrape(tmp_path, node, write_kmsg(tmp_path / "kmsg", [XID_79]))
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="79") == 1
+    assert value(text, "clusterhealth_scrape_collector_success", collector="kernel_log") == 1
+
+
+def test_fallen_off_the_bus_notice_without_an_xid_line_counts_as_xid_79(tmp_path: Path) -> None:
+    notice = (
+        "NVRM: The NVIDIA GPU 0000:b3:00.0\n NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+        " NVRM: fallen off the bus and is not responding to commands."
+    )
+    node = scenario(gpus={0: {"pci_bus_id": "00000000:B3:00.0"}})
+    text = scrape(tmp_path, node, write_kmsg(tmp_path / "kmsg", [notice]))
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="79") == 1
+
+
+def test_xid_seen_by_nvml_and_the_kernel_log_counts_once(tmp_path: Path) -> None:
+    node = scenario(gpus={1: {"pci_bus_id": "00000000:91:00.0"}}, faults=[{"gpu": 1, "xid": [79]}])
+    # Printed by the kernel just now: the same event NVML delivers to the agent.
+    now_us = int(time.monotonic() * 1e6)
+    text = scrape(tmp_path, node, write_kmsg(tmp_path / "kmsg", [XID_79], usec=now_us))
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="79") == 1
+
+
+def test_xid_from_an_unknown_bus_keeps_an_empty_gpu_label(tmp_path: Path) -> None:
+    text = scrape(tmp_path, scenario(), write_kmsg(tmp_path / "kmsg", [XID_79]))
+    assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="", uuid="", xid="79") == 1
+
+
+def test_every_real_line_counts_as_its_kind(tmp_path: Path) -> None:
+    text = scrape(tmp_path, scenario(), write_kmsg(tmp_path / "kmsg", LINES))
+    want: Counter[str] = Counter()
+    for entry in EXPECTED:
+        kind = entry["kind"]
+        if kind in (None, "xid"):
+            continue
+        # One AER error is printed twice (root port, then device); the device's line counts.
+        if kind.startswith("pcie_aer_") and "PCIe Bus Error" not in entry["line"]:
+            continue
+        want[kind] += 1
+    for kind in ("sxid", "pcie_aer_corrected", "pcie_aer_uncorrected", "mlx5", "mce", "thermal"):
+        assert value(text, "clusterhealth_kernel_events_total", event=kind) == want[kind], kind
+    assert want["sxid"] == 3 and want["mlx5"] == 5
+    assert value(text, "clusterhealth_kernel_log_records_total") == len(LINES)
+
+
+def test_unreadable_kernel_log_fails_only_its_collector(tmp_path: Path) -> None:
+    text = scrape(tmp_path, scenario(), tmp_path / "no-such-kmsg")
+    assert value(text, "clusterhealth_scrape_collector_success", collector="kernel_log") == 0
+    assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 1
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+
+
+def test_a_flood_is_read_in_bounded_cycles(tmp_path: Path) -> None:
+    flood = write_kmsg(
+        tmp_path / "kmsg", ["mlx5_core 0000:08:00.0: print_health_info:442:(pid 912): synd 0x1"] * 100_000
+    )
+    collector = KernelLogCollector(
+        str(flood), XidLedger(), dict, max_records_per_cycle=20_000, keep_recent=50
+    )
+    collector.collect()
+    assert collector.records_read == 20_000
+    assert len(collector.recent) == 50
+    for _ in range(4):
+        collector.collect()
+    assert collector.records_read == 100_000
+    assert collector.events["mlx5"] == 100_000
+    collector.collect()
+    assert collector.records_read == 100_000
+    collector.close()
+
+
+def test_agent_reading_a_flood_keeps_serving(
+    agent_process: Callable[..., AgentProcess], write_scenario: Callable[..., Path], tmp_path: Path
+) -> None:
+    lines = [LINES[i % len(LINES)] for i in range(100_000)]
+    kmsg = write_kmsg(tmp_path / "kmsg", lines)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 5000}}}
+        )
+    )
+    agent = agent_process(
+        "--config", str(config), "--simulate", str(write_scenario(scenario())), "--kmsg-path", str(kmsg)
+    )
+    slowest = 0.0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        _, body, took = agent.get("/metrics")
+        slowest = max(slowest, took)
+        if value(body.decode(), "clusterhealth_kernel_log_records_total") == 100_000:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the agent did not read the 100k records within 60 s")
+    assert slowest < 1.0
+    assert psutil.Process(agent.proc.pid).memory_info().rss < 120e6
