@@ -1,0 +1,518 @@
+"""RDMA devices from sysfs (`class/infiniband`, `class/net`, the PCI devices they sit on), as records.
+
+Pure parsing, the procfs way: every record field comes from one sysfs file, named beside it, and
+every quirk of those files is dealt with here so the collector only maps records to metrics:
+
+- `port_rcv_data` / `port_xmit_data` (and the pre-4.5 `counters_ext/*_data_64`) count 4-octet
+  words; the records hold bytes.
+- `rate` is "<Gb> Gb/sec (<lanes>X[ <speed>])"; the records hold bytes per second (Gb × 1e9 / 8).
+- A counter the kernel could not query reads `N/A (no PMA)` on older kernels and fails the read
+  (EINVAL, ENOSYS, ...) on current ones. Either way, and for any other unreadable, empty or
+  non-numeric file, that one value is left out (and listed in `RdmaDevice.skipped`); the rest of
+  the device is still returned.
+- The small PMA PortCounters saturate at their width instead of wrapping (IBTA PortCounters;
+  kernel `drivers/infiniband/core/sysfs.c`, `PORT_PMA_ATTR(name, counter, width, offset)`), so a
+  counter at 2^width - 1 has stopped counting: `RdmaPort.pinned_at_max` says which.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Widths of the PortCounters fields the kernel shows in counters/. The error counters keep these
+# widths on every kernel; the extended (64-bit) set only replaces the data and packet counters.
+# port_xmit_wait is always read from the 32-bit PortCounters field: PortCountersExtended as the
+# kernel knows it (include/rdma/ib_pma.h) has no PortXmitWait, and there is no
+# PORT_PMA_ATTR_EXT(port_xmit_wait) in sysfs.c.
+PMA_COUNTER_BITS: Mapping[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}
+
+# Kernels before 4.5 put the 64-bit counters in counters_ext/ and left the 32-bit PortCounters
+# fields in counters/; so when counters_ext/ exists, these counters/ files are 32 bits wide too.
+LEGACY_32BIT_TRAFFIC_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets")
+
+# PCIe transfer rate (GT/s, as drivers/pci prints it) to the generation that introduced it.
+PCIE_GENERATION_BY_GTS: Mapping[Decimal, int] = {
+    Decimal("2.5"): 1,
+    Decimal("5"): 2,
+    Decimal("8"): 3,
+    Decimal("16"): 4,
+    Decimal("32"): 5,
+    Decimal("64"): 6,
+}
+
+# What older kernels' show_pma_counter printed when the PMA query failed; current ones fail the read.
+NO_PMA = "N/A (no PMA)"
+
+_RATE_RE = re.compile(r"(?P<gb>\d+(?:\.\d+)?) Gb/sec(?: \((?P<lanes>\d+)X(?: (?P<speed>\w+))?\))?")
+_STATE_RE = re.compile(r"(?P<id>\d+): ?(?P<name>.*)")
+_PCIE_SPEED_RE = re.compile(r"(?P<gts>\d+(?:\.\d+)?) GT/s(?: PCIe)?")
+_PCIE_WIDTH_RE = re.compile(r"x?(?P<lanes>\d+)")
+_COUNTER_RE = re.compile(r"\d+")
+
+# sysfs attributes are at most a page; anything much longer is not a sysfs value.
+_MAX_ATTRIBUTE_BYTES = 64 * 1024
+
+
+def _counter_field(file: str) -> Any:
+    """A counter read from `file`; the collector labels series with this sysfs file name."""
+    return field(default=None, metadata={"file": file})
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """ports/<n>/counters/: the PMA PortCounters (and PortCountersExtended) of one port."""
+
+    symbol_error: int | None = _counter_field("symbol_error")
+    link_error_recovery: int | None = _counter_field("link_error_recovery")
+    link_downed: int | None = _counter_field("link_downed")
+    port_rcv_errors: int | None = _counter_field("port_rcv_errors")
+    port_rcv_remote_physical_errors: int | None = _counter_field("port_rcv_remote_physical_errors")
+    port_rcv_switch_relay_errors: int | None = _counter_field("port_rcv_switch_relay_errors")
+    port_xmit_discards: int | None = _counter_field("port_xmit_discards")
+    port_xmit_constraint_errors: int | None = _counter_field("port_xmit_constraint_errors")
+    port_rcv_constraint_errors: int | None = _counter_field("port_rcv_constraint_errors")
+    local_link_integrity_errors: int | None = _counter_field("local_link_integrity_errors")
+    excessive_buffer_overrun_errors: int | None = _counter_field("excessive_buffer_overrun_errors")
+    vl15_dropped: int | None = _counter_field("VL15_dropped")
+    # Not in mainline sysfs.c; older mlx4 trees (and node_exporter's fixture) have it.
+    port_rcv_discards: int | None = _counter_field("port_rcv_discards")
+    port_xmit_data_bytes: int | None = _counter_field("port_xmit_data")  # words × 4
+    port_rcv_data_bytes: int | None = _counter_field("port_rcv_data")  # words × 4
+    port_xmit_packets: int | None = _counter_field("port_xmit_packets")
+    port_rcv_packets: int | None = _counter_field("port_rcv_packets")
+    port_xmit_wait: int | None = _counter_field("port_xmit_wait")
+    unicast_xmit_packets: int | None = _counter_field("unicast_xmit_packets")
+    unicast_rcv_packets: int | None = _counter_field("unicast_rcv_packets")
+    multicast_xmit_packets: int | None = _counter_field("multicast_xmit_packets")
+    multicast_rcv_packets: int | None = _counter_field("multicast_rcv_packets")
+    # Files this parser has no field for, by file name, so a driver's extra counter is not lost.
+    other: Mapping[str, int] = field(default_factory=dict)
+
+    def by_file(self) -> dict[str, int]:
+        """Every value read, keyed by its file name in counters/ (data counters in bytes)."""
+        values = {f.metadata["file"]: getattr(self, f.name) for f in fields(self) if "file" in f.metadata}
+        present = {file: value for file, value in values.items() if value is not None}
+        present.update(self.other)
+        return present
+
+
+@dataclass(frozen=True)
+class LegacyCounters:
+    """ports/<n>/counters_ext/: the 64-bit counters of kernels before 4.5 (PortCountersExtended)."""
+
+    port_xmit_data_bytes: int | None = _counter_field("port_xmit_data_64")  # words × 4
+    port_rcv_data_bytes: int | None = _counter_field("port_rcv_data_64")  # words × 4
+    port_xmit_packets: int | None = _counter_field("port_xmit_packets_64")
+    port_rcv_packets: int | None = _counter_field("port_rcv_packets_64")
+    unicast_xmit_packets: int | None = _counter_field("port_unicast_xmit_packets")
+    unicast_rcv_packets: int | None = _counter_field("port_unicast_rcv_packets")
+    multicast_xmit_packets: int | None = _counter_field("port_multicast_xmit_packets")
+    multicast_rcv_packets: int | None = _counter_field("port_multicast_rcv_packets")
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    """ports/<n>/ of one RDMA device."""
+
+    number: int  # the directory name under ports/
+    state_id: int | None = None  # state: "4: ACTIVE" -> 4
+    state: str | None = None  # state: "4: ACTIVE" -> "ACTIVE"
+    physical_state_id: int | None = None  # phys_state: "5: LinkUp" -> 5
+    physical_state: str | None = None  # phys_state: "5: LinkUp" -> "LinkUp"
+    rate_bytes_per_second: int | None = None  # rate: "400 Gb/sec (4X NDR)" -> 50e9
+    rate_lanes: int | None = None  # rate: "(4X NDR)" -> 4
+    rate_speed: str | None = None  # rate: "(4X NDR)" -> "NDR"; None when the kernel printed none
+    link_layer: str | None = None  # link_layer: "InfiniBand" or "Ethernet"
+    counters: PortCounters | None = None  # counters/; absent for irdma, efa, ...
+    legacy_counters: LegacyCounters | None = None  # counters_ext/, kernels before 4.5
+    hw_counters: Mapping[str, int] = field(default_factory=dict)  # hw_counters/*, by file name
+    hw_counters_lifespan_ms: int | None = None  # hw_counters/lifespan: a cache setting, no counter
+    gid_netdevs: tuple[str, ...] = ()  # gid_attrs/ndevs/<index>, in GID-index order, once each
+    # The port's network interface: the netdev of its lowest populated GID (RoCE), else the one
+    # sharing the HCA's PCI function (IPoIB), narrowed by dev_port when the function has several.
+    netdev: str | None = None
+    # counters/ files of fixed PMA width -> True when the value sits at 2^width - 1.
+    pinned_at_max: Mapping[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PciLink:
+    """The PCIe link of the HCA's PCI function (class/infiniband/<dev>/device/...)."""
+
+    address: str  # basename of the resolved `device` link, e.g. 0000:18:00.0
+    generation: int | None = None  # current_link_speed: "32.0 GT/s PCIe" -> 5
+    generation_max: int | None = None  # max_link_speed
+    width: int | None = None  # current_link_width: "16" -> 16 lanes
+    width_max: int | None = None  # max_link_width
+
+
+@dataclass(frozen=True)
+class Netdev:
+    """class/net/<name>/ of a network interface an RDMA device uses."""
+
+    name: str
+    mtu_bytes: int | None = None  # mtu
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file that was present but gave no value; `path` is relative to class/infiniband."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    """class/infiniband/<name>/ with its ports, PCIe link and network interfaces."""
+
+    name: str
+    firmware_version: str | None = None  # fw_ver
+    board_id: str | None = None  # board_id
+    hca_type: str | None = None  # hca_type
+    node_guid: str | None = None  # node_guid
+    pci: PciLink | None = None  # device -> the PCI function
+    ports: tuple[RdmaPort, ...] = ()  # ports/<n>, by number
+    netdevs: tuple[Netdev, ...] = ()  # every interface of its ports and of its PCI function
+    skipped: tuple[SkippedFile, ...] = ()
+
+
+def parse_state(text: str) -> tuple[int, str] | None:
+    """`state` / `phys_state`: "4: ACTIVE" -> (4, "ACTIVE"); None when not of that form."""
+    match = _STATE_RE.fullmatch(text.strip())
+    if match is None:
+        return None
+    return int(match["id"]), match["name"].strip()
+
+
+def parse_rate(text: str) -> tuple[int, int | None, str | None] | None:
+    """`rate`: "400 Gb/sec (4X NDR)" -> (50_000_000_000 bytes/s, 4, "NDR").
+
+    Older kernels print no speed name for SDR ("10 Gb/sec (4X)"), and the value has a ".5"
+    for 2.5 Gb/sec lanes, so the number is read as a decimal and converted exactly.
+    """
+    match = _RATE_RE.fullmatch(text.strip())
+    if match is None:
+        return None
+    bytes_per_second = int(Decimal(match["gb"]) * 1_000_000_000 / 8)
+    lanes = int(match["lanes"]) if match["lanes"] else None
+    return bytes_per_second, lanes, match["speed"]
+
+
+def parse_pcie_generation(text: str) -> int | None:
+    """`*_link_speed`: "32.0 GT/s PCIe" (older kernels: "8 GT/s") -> 5; "Unknown" -> None."""
+    match = _PCIE_SPEED_RE.fullmatch(text.strip())
+    return PCIE_GENERATION_BY_GTS.get(Decimal(match["gts"])) if match else None
+
+
+def parse_pcie_width(text: str) -> int | None:
+    """`*_link_width`: "16" -> 16. A virtual function reads 0 (the register is reserved): None."""
+    lanes = _parse_lanes(text)
+    return lanes or None
+
+
+def _parse_lanes(text: str) -> int | None:
+    match = _PCIE_WIDTH_RE.fullmatch(text.strip())
+    return int(match["lanes"]) if match else None
+
+
+def read_rdma_devices(sysfs_root: Path) -> list[RdmaDevice]:
+    """Every RDMA device under `<sysfs_root>/class/infiniband`, by name.
+
+    Raises FileNotFoundError when that directory is absent (no RDMA stack on this node) and lets
+    an error listing it propagate; below it, what cannot be read is left out, never raised.
+    """
+    class_dir = sysfs_root / "class" / "infiniband"
+    if not class_dir.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no RDMA devices (class/infiniband is absent)", str(class_dir))
+    interfaces = _read_interfaces(sysfs_root / "class" / "net")
+    devices = []
+    for entry in sorted(class_dir.iterdir(), key=_natural):
+        # A regular file here (a tree copied without its symlinks) is not a device.
+        if entry.is_dir():
+            devices.append(_read_device(entry, interfaces))
+    return devices
+
+
+def _natural(path: Path) -> list[int | str]:
+    """mlx5_2 before mlx5_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+@dataclass(frozen=True)
+class _Interface:
+    name: str
+    pci_path: str | None
+    dev_port: int | None
+    is_child: bool  # an IPoIB P_Key child or other stacked interface (iflink != ifindex)
+    mtu_bytes: int | None
+
+
+class _Reader:
+    """Reads the attributes of one device, remembering what was present but unusable."""
+
+    def __init__(self, device_dir: Path) -> None:
+        self.device_dir = device_dir
+        self.skipped: list[SkippedFile] = []
+
+    def _skip(self, relative: str, reason: str) -> None:
+        self.skipped.append(SkippedFile(f"{self.device_dir.name}/{relative}", reason))
+
+    def text(self, relative: str) -> str | None:
+        text = _read_text(self.device_dir / relative)
+        if isinstance(text, _Failure):
+            if text.reason != "ENOENT":  # an absent file is normal: drivers differ
+                self._skip(relative, text.reason)
+            return None
+        if not text:
+            self._skip(relative, "empty")
+            return None
+        return text
+
+    def counter(self, relative: str) -> int | None:
+        text = self.text(relative)
+        if text is None:
+            return None
+        if _COUNTER_RE.fullmatch(text):
+            return int(text)
+        self._skip(relative, text[:40] if text.startswith("N/A") else f"not a counter: {text[:40]!r}")
+        return None
+
+    def parsed(self, relative: str, parse: Callable[[str], T | None]) -> T | None:
+        text = self.text(relative)
+        if text is None:
+            return None
+        value = parse(text)
+        if value is None:
+            self._skip(relative, f"unexpected format: {text[:40]!r}")
+        return value
+
+    def counter_files(self, relative_dir: str) -> Iterator[tuple[str, int]]:
+        """(file name, value) for every readable counter in a directory, by name."""
+        try:
+            names = sorted(entry.name for entry in (self.device_dir / relative_dir).iterdir())
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            self._skip(relative_dir, _errno_name(error))
+            return
+        for name in names:
+            value = self.counter(f"{relative_dir}/{name}")
+            if value is not None:
+                yield name, value
+
+
+@dataclass(frozen=True)
+class _Failure:
+    reason: str  # the errno's name
+
+
+def _errno_name(error: OSError) -> str:
+    return errno.errorcode.get(error.errno or 0, type(error).__name__)
+
+
+def _read_text(path: Path) -> str | _Failure:
+    try:
+        with open(path, "rb") as attribute:
+            raw = attribute.read(_MAX_ATTRIBUTE_BYTES)
+    except OSError as error:
+        return _Failure(_errno_name(error))
+    return raw.decode("utf-8", errors="replace").strip()
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read_text(path)
+    if isinstance(text, _Failure):
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def _resolved_dir(link: Path) -> str | None:
+    """The directory a sysfs `device` link points to, or None when there is none."""
+    return os.path.realpath(link) if link.is_dir() else None
+
+
+def _read_interfaces(class_net: Path) -> dict[str, _Interface]:
+    interfaces: dict[str, _Interface] = {}
+    if not class_net.is_dir():
+        return interfaces
+    for entry in sorted(class_net.iterdir(), key=_natural):
+        if not entry.is_dir():  # bonding_masters, or a link flattened into a file
+            continue
+        ifindex = _read_int(entry / "ifindex")
+        iflink = _read_int(entry / "iflink")
+        interfaces[entry.name] = _Interface(
+            name=entry.name,
+            pci_path=_resolved_dir(entry / "device"),
+            dev_port=_read_int(entry / "dev_port"),
+            is_child=ifindex is not None and iflink is not None and ifindex != iflink,
+            mtu_bytes=_read_int(entry / "mtu"),
+        )
+    return interfaces
+
+
+def _read_device(device_dir: Path, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
+    reader = _Reader(device_dir)
+    firmware_version = reader.text("fw_ver")
+    board_id = reader.text("board_id")
+    hca_type = reader.text("hca_type")
+    node_guid = reader.text("node_guid")
+    pci_path = _resolved_dir(device_dir / "device")
+    pci = _read_pci_link(reader, pci_path)
+    on_same_function = [i for i in interfaces.values() if pci_path is not None and i.pci_path == pci_path]
+    ports = tuple(_read_port(reader, number, on_same_function) for number in _port_numbers(reader))
+    names = {i.name for i in on_same_function}
+    for port in ports:
+        names.update(port.gid_netdevs)
+    netdevs = tuple(
+        Netdev(name, interfaces[name].mtu_bytes if name in interfaces else None) for name in sorted(names)
+    )
+    return RdmaDevice(
+        name=device_dir.name,
+        firmware_version=firmware_version,
+        board_id=board_id,
+        hca_type=hca_type,
+        node_guid=node_guid,
+        pci=pci,
+        ports=ports,
+        netdevs=netdevs,
+        skipped=tuple(reader.skipped),
+    )
+
+
+def _port_numbers(reader: _Reader) -> list[int]:
+    try:
+        names = [entry.name for entry in (reader.device_dir / "ports").iterdir()]
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def _read_pci_link(reader: _Reader, pci_path: str | None) -> PciLink | None:
+    if pci_path is None:
+        return None
+    return PciLink(
+        address=os.path.basename(pci_path),
+        generation=reader.parsed("device/current_link_speed", parse_pcie_generation),
+        generation_max=reader.parsed("device/max_link_speed", parse_pcie_generation),
+        width=reader.parsed("device/current_link_width", _parse_lanes) or None,
+        width_max=reader.parsed("device/max_link_width", _parse_lanes) or None,
+    )
+
+
+def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface]) -> RdmaPort:
+    base = f"ports/{number}"
+    state = reader.parsed(f"{base}/state", parse_state)
+    physical_state = reader.parsed(f"{base}/phys_state", parse_state)
+    rate = reader.parsed(f"{base}/rate", parse_rate)
+
+    raw_counters = dict(reader.counter_files(f"{base}/counters"))
+    raw_legacy = dict(reader.counter_files(f"{base}/counters_ext"))
+    counters_present = (reader.device_dir / base / "counters").is_dir()
+    legacy_present = (reader.device_dir / base / "counters_ext").is_dir()
+
+    hw_counters = dict(reader.counter_files(f"{base}/hw_counters"))
+    lifespan = hw_counters.pop("lifespan", None)
+
+    gid_netdevs = _gid_netdevs(reader, base)
+    return RdmaPort(
+        number=number,
+        state_id=state[0] if state else None,
+        state=state[1] if state else None,
+        physical_state_id=physical_state[0] if physical_state else None,
+        physical_state=physical_state[1] if physical_state else None,
+        rate_bytes_per_second=rate[0] if rate else None,
+        rate_lanes=rate[1] if rate else None,
+        rate_speed=rate[2] if rate else None,
+        link_layer=reader.text(f"{base}/link_layer"),
+        counters=_port_counters(raw_counters) if counters_present else None,
+        legacy_counters=_legacy_counters(raw_legacy) if legacy_present else None,
+        hw_counters=hw_counters,
+        hw_counters_lifespan_ms=lifespan,
+        gid_netdevs=gid_netdevs,
+        netdev=gid_netdevs[0] if gid_netdevs else _function_netdev(number, on_same_function),
+        pinned_at_max=_pinned_at_max(raw_counters, legacy_present),
+    )
+
+
+def _gid_netdevs(reader: _Reader, base: str) -> tuple[str, ...]:
+    ndevs_dir = reader.device_dir / base / "gid_attrs" / "ndevs"
+    try:
+        indexes = sorted(int(entry.name) for entry in ndevs_dir.iterdir() if entry.name.isdigit())
+    except OSError:
+        return ()
+    names: list[str] = []
+    for index in indexes:
+        # An unused GID entry fails with EINVAL: the normal case for most of the table, not a fault.
+        text = _read_text(ndevs_dir / str(index))
+        if isinstance(text, str) and text and text not in names:
+            names.append(text)
+    return tuple(names)
+
+
+def _function_netdev(port_number: int, candidates: list[_Interface]) -> str | None:
+    """The interface on the HCA's PCI function that belongs to this port (IPoIB has no GID ndev)."""
+    if len(candidates) > 1:
+        # mlx4 and IPoIB number the interfaces of a multi-port function by dev_port = port - 1.
+        by_port = [i for i in candidates if i.dev_port == port_number - 1]
+        candidates = by_port or candidates
+    if len(candidates) > 1:
+        # P_Key children share the parent's function and dev_port; the port's own is the parent.
+        parents = [i for i in candidates if not i.is_child]
+        candidates = parents or candidates
+    return min(candidates, key=lambda i: i.name).name if candidates else None
+
+
+def _port_counters(raw: Mapping[str, int]) -> PortCounters:
+    by_file = {f.metadata["file"]: f.name for f in fields(PortCounters) if "file" in f.metadata}
+    values: dict[str, int] = {}
+    other: dict[str, int] = {}
+    for file, value in raw.items():
+        if file in by_file:
+            values[by_file[file]] = value * 4 if file in ("port_xmit_data", "port_rcv_data") else value
+        else:
+            other[file] = value
+    return PortCounters(**values, other=other)
+
+
+def _legacy_counters(raw: Mapping[str, int]) -> LegacyCounters:
+    by_file = {f.metadata["file"]: f.name for f in fields(LegacyCounters)}
+    values = {
+        by_file[file]: value * 4 if file.endswith("_data_64") else value
+        for file, value in raw.items()
+        if file in by_file
+    }
+    return LegacyCounters(**values)
+
+
+def _pinned_at_max(raw: Mapping[str, int], legacy_present: bool) -> dict[str, bool]:
+    widths = dict(PMA_COUNTER_BITS)
+    if legacy_present:
+        widths.update(dict.fromkeys(LEGACY_32BIT_TRAFFIC_COUNTERS, 32))
+    return {file: raw[file] == (1 << bits) - 1 for file, bits in widths.items() if file in raw}
