@@ -118,10 +118,30 @@ class KernelLogConfig:
     )
 
 
+def _check_globs(patterns: tuple[str, ...]) -> str | None:
+    return "non-empty glob patterns such as mlx5_*" if any(not p for p in patterns) else None
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    enabled: bool = setting(True, doc="export RDMA devices, ports and counters from paths.sysfs")
+    interval_seconds: float = setting(15.0, doc="how often sysfs is read", min=0.5, max=3600)
+    timeout_seconds: float = setting(
+        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
+    )
+    include_devices: tuple[str, ...] = setting(
+        (), doc="glob patterns of RDMA devices to export (empty: all)", check=_check_globs
+    )
+    exclude_devices: tuple[str, ...] = setting(
+        (), doc="glob patterns of RDMA devices to leave out; wins over include_devices", check=_check_globs
+    )
+
+
 @dataclass(frozen=True)
 class CollectorsConfig:
     gpu: GpuConfig = setting(default_factory=GpuConfig, doc="the NVML GPU exporter")
     kernel_log: KernelLogConfig = setting(default_factory=KernelLogConfig, doc="the kernel-log watcher")
+    rdma: RdmaConfig = setting(default_factory=RdmaConfig, doc="the RDMA and network exporter")
 
 
 @dataclass(frozen=True)
@@ -205,14 +225,24 @@ def _convert(hint: Any, value: Any, meta: Mapping[str, Any], source: str, key: s
     if origin is tuple:
         if not isinstance(value, list):
             raise ConfigError(source, key, "a list", value)
-        return tuple(_convert(args[0], item, {}, source, f"{key}[{i}]") for i, item in enumerate(value))
+        items = tuple(_convert(args[0], item, {}, source, f"{key}[{i}]") for i, item in enumerate(value))
+        check = meta.get("check")
+        problem = check(items) if check is not None else None
+        if problem:
+            raise ConfigError(source, key, problem, value)
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(source, key, "a mapping", value)
-        return {
+        mapping = {
             _convert(args[0], k, {}, source, key): _convert(args[1], v, {}, source, f"{key}.{k}")
             for k, v in value.items()
         }
+        check = meta.get("check")
+        problem = check(mapping) if check is not None else None
+        if problem:
+            raise ConfigError(source, key, problem, value)
+        return mapping
     converted = _scalar(hint, value, source, key)
     _check_bounds(converted, meta, source, key)
     return converted

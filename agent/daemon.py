@@ -23,6 +23,7 @@ from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.exporters import nvml_sim
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.nvml import NvmlSession
+from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidCollector, XidLedger
 
 log = logging.getLogger("clusterhealth.agent")
@@ -97,6 +98,10 @@ def build_samplers(
         samplers.append(
             Sampler(node.kernel_log, kernel.interval_seconds, kernel.timeout_seconds, on_snapshot)
         )
+    rdma = config.collectors.rdma
+    if rdma.enabled:
+        rdma_collector = RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
+        samplers.append(Sampler(rdma_collector, rdma.interval_seconds, rdma.timeout_seconds, on_snapshot))
     if gpu.enabled or kernel.enabled:
         # Last, so that a one-shot scrape sees what the two sources above just recorded.
         xid = XidCollector(node.ledger, node.session.uuids)

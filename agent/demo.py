@@ -1,16 +1,23 @@
-"""`clusterhealth demo`: the agent on a simulated faulty node, with a tour of where each fault shows."""
+"""`clusterhealth demo`: the agent on a simulated faulty node, with a tour of where each fault shows.
+
+The simulated node is the NVML simulator (the scenario's GPUs and faults), the sysfs tree of
+exporters/sim_sysfs.py (eight NDR HCAs, RoCE ports and their faults) and a simulated /dev/kmsg in
+which the scenario's kernel-log lines appear at their time, in the kernel's record format.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Agent, default_scenario
-from clusterhealth.exporters.nvml_sim import Fault, load_scenario
+from clusterhealth.exporters import sim_sysfs
+from clusterhealth.exporters.nvml_sim import Scenario, load_scenario
 
 _SELECTOR = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -37,43 +44,82 @@ def scenario_path(name: str) -> Path:
     return path if path.suffix in (".yaml", ".yml") or path.exists() else default_scenario(name)
 
 
+def kmsg_record(sequence: int, message: str) -> bytes:
+    """A /dev/kmsg record as the kernel writes it (priority 4, microseconds on the monotonic clock)."""
+    text = "".join(c if 0x20 <= ord(c) < 0x7F and c != "\\" else f"\\x{ord(c):02x}" for c in message)
+    return f"4,{sequence},{int(time.monotonic() * 1e6)},-;{text}\n".encode()
+
+
+def _replay_kernel_log(path: Path, lines: tuple[tuple[float, str], ...], stop: threading.Event) -> None:
+    started = time.monotonic()
+    with path.open("ab", buffering=0) as out:
+        for sequence, (at, message) in enumerate(lines, start=1):
+            if stop.wait(max(0.0, started + at - time.monotonic())):
+                return
+            out.write(kmsg_record(sequence, message))
+
+
 def run_demo(scenario: str, listen: str, interval: float, duration: float | None) -> int:
     path = scenario_path(scenario)
     parsed = load_scenario(path)
-    overrides = {"listen": listen, "simulate": str(path), "collectors.gpu.interval_seconds": interval}
-    config = configuration.load(None, overrides)
-    agent = Agent(None, overrides, config)
-    host, port = agent.server.address[:2]
-    host = host.decode() if isinstance(host, bytes) else host
-    base = f"http://{'localhost' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
-    print(f"clusterhealth demo: {parsed.description}", flush=True)
-    print(f"  scenario  {path}")
-    print(f"  metrics   {base}/metrics")
-    print(f"  health    {base}/healthz")
-    print("  stop      Ctrl-C\n", flush=True)
-    threading.Thread(target=_tour, args=(agent, parsed.faults, interval), daemon=True).start()
-    if duration is not None:
-        threading.Timer(duration, agent.stop).start()
-    return agent.run()
+    with tempfile.TemporaryDirectory(prefix="clusterhealth-demo-") as tmp:
+        sysfs = Path(tmp) / "sys"
+        sim_sysfs.build(sysfs)
+        kmsg = Path(tmp) / "kmsg"
+        kmsg.touch()
+        overrides = {
+            "listen": listen,
+            "simulate": str(path),
+            "paths.sysfs": str(sysfs),
+            "paths.kmsg": str(kmsg),
+            "collectors.gpu.interval_seconds": interval,
+            "collectors.rdma.interval_seconds": interval,
+            "collectors.kernel_log.interval_seconds": 1.0,
+        }
+        config = configuration.load(None, overrides)
+        agent = Agent(None, overrides, config)
+        host, port = agent.server.address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
+        base = f"http://{'localhost' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
+        print(f"clusterhealth demo: {parsed.description}", flush=True)
+        print(f"  scenario  {path}")
+        print(f"  sysfs     {sysfs} (simulated HCAs)")
+        print(f"  metrics   {base}/metrics")
+        print(f"  health    {base}/healthz")
+        print("  stop      Ctrl-C\n", flush=True)
+        stop = threading.Event()
+        threading.Thread(target=_replay_kernel_log, args=(kmsg, parsed.kernel_log, stop), daemon=True).start()
+        threading.Thread(target=_tour, args=(agent, parsed, interval), daemon=True).start()
+        if duration is not None:
+            timer = threading.Timer(duration, agent.stop)
+            timer.daemon = True
+            timer.start()
+        try:
+            return agent.run()
+        finally:
+            stop.set()
 
 
-def _tour(agent: Agent, faults: tuple[Fault, ...], interval: float) -> None:
-    """Print each fault's lines once it is active and a collection has seen it."""
+def _tour(agent: Agent, scenario: Scenario, interval: float) -> None:
+    """Print each stop's lines once it is due and a collection has seen it."""
+    stops = [(f.from_seconds, f.description, f.look) for f in scenario.faults if f.look]
+    stops += list(scenario.tour)
     started = time.monotonic()
-    pending = [f for f in faults if f.look]
+    pending = sorted(stops, key=lambda stop: stop[0])
     while pending:
         elapsed = time.monotonic() - started
-        ready = [f for f in pending if elapsed >= f.from_seconds + interval + 1]
+        ready = [stop for stop in pending if elapsed >= stop[0] + interval + 1.5]
         if ready:
             text = agent.exposition.render().decode()
-            for fault in ready:
-                lines = matching_lines(text, fault.look) or ["(not in the exposition yet)"]
-                print(f"* {fault.description}", flush=True)
+            for stop in ready:
+                _, description, look = stop
+                lines = matching_lines(text, look) or ["(not in the exposition yet)"]
+                print(f"* {description}")
                 for line in lines[:4]:
                     print(f"    {line}")
                 sys.stdout.flush()
-                pending.remove(fault)
+                pending.remove(stop)
             if pending:
-                later = min(f.from_seconds for f in pending)
-                print(f"  (more in {max(0, later - elapsed):.0f}s...)\n", flush=True)
+                later = min(stop[0] for stop in pending)
+                print(f"  (more in {max(0.0, later - elapsed):.0f}s...)\n", flush=True)
         time.sleep(0.5)

@@ -94,14 +94,14 @@ GPU_DEFAULTS: dict[str, Any] = {
 
 # PCI bus ids of the eight GPUs of a DGX H100, in NVML index order.
 DGX_H100_BUS_IDS = [
-    "00000000:18:00.0",
-    "00000000:2A:00.0",
-    "00000000:3A:00.0",
-    "00000000:5D:00.0",
-    "00000000:9A:00.0",
-    "00000000:AB:00.0",
-    "00000000:BA:00.0",
-    "00000000:DB:00.0",
+    "00000000:1B:00.0",
+    "00000000:43:00.0",
+    "00000000:52:00.0",
+    "00000000:61:00.0",
+    "00000000:9D:00.0",
+    "00000000:C3:00.0",
+    "00000000:D1:00.0",
+    "00000000:DF:00.0",
 ]
 
 TOP_KEYS = {
@@ -115,7 +115,10 @@ TOP_KEYS = {
     "gpu",
     "gpus",
     "faults",
+    "kernel_log",
+    "tour",
 }
+TOUR_KEYS = {"at_seconds", "description", "look"}
 FAULT_KEYS = {
     "description",
     "look",
@@ -168,6 +171,10 @@ class Scenario:
     frozen_at_seconds: float | None
     gpus: tuple[Mapping[str, Any], ...]
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+    # (seconds after start, message): lines the demo's simulated /dev/kmsg prints.
+    kernel_log: tuple[tuple[float, str], ...] = ()
+    # (seconds after start, description, series): more stops of the demo's tour.
+    tour: tuple[tuple[float, str, str], ...] = ()
 
 
 def load_scenario(path: str | Path, frozen_at_seconds: float | None = None) -> Scenario:
@@ -217,6 +224,21 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
     frozen = data.get("frozen_at_seconds") if frozen_at_seconds is None else frozen_at_seconds
     if frozen is not None:
         frozen = float(_typed(frozen, (int, float), source, "frozen_at_seconds"))
+    kernel_log = []
+    for n, entry in enumerate(data.get("kernel_log", []) or []):
+        key = f"kernel_log[{n}]"
+        if not isinstance(entry, dict) or set(entry) - {"at_seconds", "message"} or "message" not in entry:
+            raise ScenarioError(source, key, "a mapping with message and optional at_seconds", entry)
+        at = float(_typed(entry.get("at_seconds", 0), (int, float), source, f"{key}.at_seconds"))
+        kernel_log.append((at, str(_typed(entry["message"], str, source, f"{key}.message"))))
+    tour = []
+    for n, entry in enumerate(data.get("tour", []) or []):
+        key = f"tour[{n}]"
+        if not isinstance(entry, dict):
+            raise ScenarioError(source, key, "a mapping of " + ", ".join(sorted(TOUR_KEYS)), entry)
+        _known(entry, TOUR_KEYS, source, key)
+        at = float(_typed(entry.get("at_seconds", 0), (int, float), source, f"{key}.at_seconds"))
+        tour.append((at, str(entry.get("description", "")), str(entry.get("look", ""))))
     return Scenario(
         source=source,
         description=str(data.get("description", "")),
@@ -228,6 +250,8 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
         frozen_at_seconds=frozen,
         gpus=tuple(gpus),
         faults=faults,
+        kernel_log=tuple(sorted(kernel_log)),
+        tour=tuple(tour),
     )
 
 

@@ -209,7 +209,7 @@ def _families(devices: list[RdmaDevice]) -> list[Metric]:
         labels=[*PORT, "counter"],
     )
     pinned = GaugeMetricFamily(
-        "clusterhealth_rdma_port_counter_saturated",
+        "clusterhealth_rdma_port_pma_saturated",
         "1 when a fixed-width PMA counter sits at its maximum and has stopped counting.",
         labels=[*PORT, "counter"],
     )

@@ -77,7 +77,11 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     path.write_text(yaml.safe_dump(data))
     kmsg = path.parent / "kmsg"
     kmsg.write_text("")
-    result = run_cli("scrape", "--simulate", str(path), "--kmsg-path", str(kmsg))
+    empty_sysfs = path.parent / "sys"
+    empty_sysfs.mkdir()
+    result = run_cli(
+        "scrape", "--simulate", str(path), "--kmsg-path", str(kmsg), "--sysfs-root", str(empty_sysfs)
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 

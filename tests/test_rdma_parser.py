@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import builtins
 import errno
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clusterhealth.exporters import infiniband
+from clusterhealth.exporters import infiniband, sim_sysfs
 from clusterhealth.exporters.infiniband import (
     LegacyCounters,
     Netdev,
@@ -331,15 +329,8 @@ def test_non_rdma_interfaces_are_not_netdevs_of_any_device() -> None:
     assert len(names) == 11
 
 
-def test_committed_cluster_node_tree_is_what_the_script_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spec = importlib.util.spec_from_file_location("make_cluster_node", FIXTURES / "make_cluster_node.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)  # dataclasses look their module up there
-    spec.loader.exec_module(script)
-    script.build(tmp_path / "sys")
+def test_committed_cluster_node_tree_is_what_the_simulator_writes(tmp_path: Path) -> None:
+    sim_sysfs.build(tmp_path / "sys")
     assert tree(tmp_path / "sys") == tree(CLUSTER)
 
 
