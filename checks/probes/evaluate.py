@@ -1,0 +1,155 @@
+"""Turn one probe run (the process, its parsed output, the expectation) into a result.
+
+Pure: no I/O, no clock. The result vocabulary is the ``result`` label of
+``clusterhealth_probe_runs_total``; the rules, first match wins:
+
+1. ``timeout``: the runner killed the probe at its deadline.
+2. ``failed``: the probe could not be started or reaped, exited non-zero or by a signal (for
+   nccl-tests the exit code is named: 3 is an NCCL error, 7 wrong results), or exited 0 but its
+   output says it did not finish or went wrong (iperf3 exits 0 on a refused connection; nccl-tests
+   can print ``#wrong`` counts), or an expectation is set and the output holds no bandwidth.
+3. ``degraded``: the bandwidth is below ``degraded_fraction`` of the expectation.
+4. ``ok``: otherwise, including when there is no expectation yet.
+
+``skipped`` is never the outcome of a run; ``skipped(reason)`` builds it for a probe the idle
+guard or the probe lock did not let start.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from clusterhealth.checks.probe_parsers import ProbeParse, exit_code_meaning
+from clusterhealth.checks.probe_parsers.nccl_tests import NcclTestsResult
+from clusterhealth.checks.probes.runner import RunResult
+
+ProbeResult = Literal["ok", "degraded", "failed", "timeout", "skipped"]
+RESULTS: tuple[ProbeResult, ...] = ("ok", "degraded", "failed", "timeout", "skipped")
+
+# Tools that report bandwidth in bits (iperf3, ib_write_bw --report_gbits) are read in Gbit/s by
+# their users; nccl-tests prints GB/s. Reasons use the unit the operator knows from the tool.
+_GBITS_KINDS = frozenset({"iperf3", "ib_write_bw"})
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    result: ProbeResult
+    reason: str  # one sentence for a log line or `clusterhealth probe run`
+    bandwidth_bytes_per_second: float | None = None  # the parser's headline figure
+    expected_bytes_per_second: float | None = None
+    wrong_values: int | None = None  # nccl-tests #wrong summed; None when not checked
+
+    @property
+    def success(self) -> bool:
+        """``clusterhealth_probe_success``: completed and met its expectation."""
+        return self.result == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "result": self.result,
+            "reason": self.reason,
+            "success": self.success,
+            "bandwidth_bytes_per_second": self.bandwidth_bytes_per_second,
+            "expected_bytes_per_second": self.expected_bytes_per_second,
+            "wrong_values": self.wrong_values,
+        }
+
+
+def skipped(reason: str) -> ProbeOutcome:
+    return ProbeOutcome(result="skipped", reason=reason)
+
+
+def evaluate(
+    kind: str,
+    run: RunResult,
+    parse: ProbeParse | None,
+    expected_bytes_per_second: float | None,
+    degraded_fraction: float,
+) -> ProbeOutcome:
+    """The outcome of one run; ``parse`` is None for a probe whose output is not parsed."""
+    if not 0 < degraded_fraction <= 1:
+        raise ValueError(f"degraded_fraction must be in (0, 1], got {degraded_fraction}")
+    if expected_bytes_per_second is not None and not (
+        math.isfinite(expected_bytes_per_second) and expected_bytes_per_second > 0
+    ):
+        raise ValueError(f"expected bandwidth must be a positive number, got {expected_bytes_per_second}")
+
+    bandwidth = parse.bandwidth_bytes_per_second if parse is not None else None
+    wrong = parse.wrong_values_total if isinstance(parse, NcclTestsResult) else None
+
+    def outcome(result: ProbeResult, reason: str) -> ProbeOutcome:
+        return ProbeOutcome(result, reason, bandwidth, expected_bytes_per_second, wrong)
+
+    if run.timed_out:
+        how = " (it ignored SIGTERM)" if run.signal == signal.SIGKILL else ""
+        return outcome(
+            "timeout", f"{_name(kind, run)} timed out and was stopped after {run.duration_seconds:.1f} s{how}"
+        )
+    if run.error is not None:
+        return outcome("failed", run.error)
+    name = _name(kind, run)
+    if run.exit_code != 0:
+        return outcome("failed", _with_detail(_exit_reason(name, kind, run), parse))
+    if parse is not None and parse.verdict != "ok":
+        return outcome("failed", _with_detail(_verdict_reason(name, parse), parse))
+    if expected_bytes_per_second is None:
+        figure = "" if bandwidth is None else f": {_rate(kind, bandwidth)}"
+        return outcome("ok", f"{name} finished{figure}, no expected bandwidth to compare with yet")
+    if bandwidth is None:
+        return outcome(
+            "failed",
+            f"{name} finished but its output holds no bandwidth figure to compare with the expected "
+            f"{_rate(kind, expected_bytes_per_second)}",
+        )
+    ratio = bandwidth / expected_bytes_per_second
+    comparison = (
+        f"{_rate(kind, bandwidth)} is {ratio:.0%} of the expected {_rate(kind, expected_bytes_per_second)}"
+    )
+    if bandwidth < degraded_fraction * expected_bytes_per_second:
+        return outcome("degraded", f"{comparison}, below the {degraded_fraction:.0%} threshold")
+    return outcome("ok", comparison)
+
+
+def _name(kind: str, run: RunResult) -> str:
+    return run.argv[0].rsplit("/", 1)[-1] if run.argv else kind
+
+
+def _exit_reason(name: str, kind: str, run: RunResult) -> str:
+    if run.signal is not None:
+        return f"{name} was killed by {run.signal_name}"
+    assert run.exit_code is not None
+    if kind == "nccl-tests":
+        return f"{name} exited {run.exit_code}: {exit_code_meaning(run.exit_code)}"
+    return f"{name} exited {run.exit_code}"
+
+
+def _verdict_reason(name: str, parse: ProbeParse) -> str:
+    if parse.verdict == "wrong_results":
+        return f"{name} exited 0 but reports wrong results"
+    if parse.verdict == "incomplete":
+        return f"{name} exited 0 but its output is incomplete"
+    return f"{name} exited 0 but its output reports a failure"
+
+
+def _with_detail(reason: str, parse: ProbeParse | None) -> str:
+    """The reason, with what the output says: the wrong-value count, or the first error line."""
+    if isinstance(parse, NcclTestsResult) and parse.verdict == "wrong_results":
+        found = []
+        if wrong := parse.wrong_values_total:
+            found.append(f"{wrong} wrong values")
+        if parse.out_of_bounds:
+            found.append(f"{parse.out_of_bounds} out-of-bounds tests")
+        if found:
+            return f"{reason} ({', '.join(found)})"
+    if parse is None or not parse.errors:
+        return reason
+    return f"{reason} ({parse.errors[0]})"
+
+
+def _rate(kind: str, bytes_per_second: float) -> str:
+    if kind in _GBITS_KINDS:
+        return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
+    return f"{bytes_per_second / 1e9:.2f} GB/s"
