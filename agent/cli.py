@@ -53,6 +53,26 @@ def build_parser() -> argparse.ArgumentParser:
     scrape = sub.add_parser("scrape", help="collect once, print the exposition, exit 0")
     _common(scrape)
 
+    check = sub.add_parser(
+        "check", help="run every audit and health check once; exit 0 OK 1 WARNING 2 CRITICAL 3 UNKNOWN"
+    )
+    _common(check)
+    check.add_argument("--json", dest="output", action="store_const", const="json", help="print JSON")
+    check.add_argument(
+        "--format",
+        dest="output",
+        choices=("table", "json", "line"),
+        help="table (default), json, or one line",
+    )
+    check.add_argument(
+        "--exit-codes",
+        choices=("nagios", "npd"),
+        default="nagios",
+        help="nagios: 0 OK 1 WARNING 2 CRITICAL 3 UNKNOWN; npd: 0 OK/WARNING 1 CRITICAL 2 UNKNOWN",
+    )
+    check.add_argument("--only", metavar="REGEX", help="only the checks whose name matches, e.g. 'gpu_.*'")
+    check.add_argument("--all", action="store_true", help="list passing checks too")
+
     probe = sub.add_parser("probe", help="fabric probes: parse a saved output")
     probe_sub = probe.add_subparsers(dest="probe_command", required=True, metavar="ACTION")
     parse = probe_sub.add_parser("parse", help="parse a saved probe output and print it as JSON")
@@ -84,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _agent(args)
         if args.command == "scrape":
             return _scrape(args)
+        if args.command == "check":
+            return _check(args)
         if args.command == "probe" and args.probe_command == "parse":
             return _probe_parse(args)
         if args.command == "demo":
@@ -110,6 +132,19 @@ def _agent(args: argparse.Namespace) -> int:
         print(f"clusterhealth: cannot listen on {config.listen}: {err.strerror}", file=sys.stderr)
         return 1
     return agent.run()
+
+
+def _check(args: argparse.Namespace) -> int:
+    from clusterhealth.agent.check import main_check
+
+    if args.only is not None:
+        problem = configuration.check_pattern(args.only)
+        if problem:
+            print(f"clusterhealth: --only: expected {problem}", file=sys.stderr)
+            return EXIT_CONFIG
+    config, _ = load_config(args)
+    logsetup.set_level(config.log_level if args.log_level else "error")
+    return main_check(config, args.output or "table", args.exit_codes, args.only, args.all)
 
 
 def _probe_parse(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from clusterhealth.checks.policy import Policy
+
 DEFAULT_PORT = 9845
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -138,10 +140,22 @@ class RdmaConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    enabled: bool = setting(
+        True, doc="run the node audits and health checks (see policy) and export the results"
+    )
+    interval_seconds: float = setting(60.0, doc="how often the audits run", min=1, max=86400)
+    timeout_seconds: float = setting(
+        30.0, doc="an audit run that lasts longer is reported hung", min=1, max=3600
+    )
+
+
+@dataclass(frozen=True)
 class CollectorsConfig:
     gpu: GpuConfig = setting(default_factory=GpuConfig, doc="the NVML GPU exporter")
     kernel_log: KernelLogConfig = setting(default_factory=KernelLogConfig, doc="the kernel-log watcher")
     rdma: RdmaConfig = setting(default_factory=RdmaConfig, doc="the RDMA and network exporter")
+    audit: AuditConfig = setting(default_factory=AuditConfig, doc="the node audits")
 
 
 @dataclass(frozen=True)
@@ -155,6 +169,7 @@ class Config:
     )
     paths: PathsConfig = setting(default_factory=PathsConfig, doc="roots of the trees the agent reads")
     collectors: CollectorsConfig = setting(default_factory=CollectorsConfig, doc="collectors")
+    policy: Policy = setting(default_factory=Policy, doc="what a healthy node looks like (audits)")
 
 
 T = TypeVar("T")

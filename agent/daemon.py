@@ -19,15 +19,18 @@ from clusterhealth.agent import log as logsetup
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
 from clusterhealth.agent.sampling import Sampler
-from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.checks.audit_collector import NO_GPUS, AuditCollector
+from clusterhealth.checks.kernel_watch import KernelLogCollector, SeenEvent, recent_xid_events
 from clusterhealth.exporters import nvml_sim
-from clusterhealth.exporters.gpu import GpuCollector
+from clusterhealth.exporters.gpu import GpuCollector, GpuState
 from clusterhealth.exporters.nvml import NvmlSession
 from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidCollector, XidLedger
 
 log = logging.getLogger("clusterhealth.agent")
 
+# Audits read what the other collectors found: give them their first cycle.
+AUDIT_START_DELAY_SECONDS = 5.0
 # The Xid ledger is read from memory: cheap enough to export within a second of an event.
 XID_INTERVAL_SECONDS = 1.0
 
@@ -45,6 +48,22 @@ class Node:
     xid_watcher: NvmlXidWatcher | None = None
     # Kept across reloads: its position in the kernel log and its counters must not start over.
     kernel_log: KernelLogCollector | None = None
+    gpu_collector: GpuCollector | None = None
+
+    def gpu_state(self, config: configuration.Config) -> GpuState | None:
+        """The GPUs as the gpu collector last read them; None while NVML is unusable."""
+        if not config.collectors.gpu.enabled:
+            return NO_GPUS
+        return self.gpu_collector.latest if self.gpu_collector is not None else None
+
+    def recent_events(self, config: configuration.Config) -> list[SeenEvent] | None:
+        """Counted Xids (both sources) and other kernel-log events; None if the log is unreadable."""
+        events = recent_xid_events(self.ledger)
+        if config.collectors.kernel_log.enabled:
+            if self.kernel_log is None or self.kernel_log.readable is False:
+                return None
+            events += self.kernel_log.recent_events()
+        return events
 
     @classmethod
     def create(cls, config: configuration.Config) -> Node:
@@ -83,6 +102,7 @@ def build_samplers(
             gpm_min_window_seconds=gpu.gpm_min_window_seconds,
         )
         samplers.append(Sampler(collector, gpu.interval_seconds, gpu.timeout_seconds, on_snapshot))
+        node.gpu_collector = collector
     kernel = config.collectors.kernel_log
     if kernel.enabled:
         if node.kernel_log is None or node.kernel_log.path != config.paths.kmsg:
@@ -102,6 +122,23 @@ def build_samplers(
     if rdma.enabled:
         rdma_collector = RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
         samplers.append(Sampler(rdma_collector, rdma.interval_seconds, rdma.timeout_seconds, on_snapshot))
+    audit = config.collectors.audit
+    if audit.enabled:
+        audit_collector = AuditCollector(
+            config.policy,
+            Path(config.paths.sysfs),
+            lambda: node.gpu_state(config),
+            lambda: node.recent_events(config),
+        )
+        samplers.append(
+            Sampler(
+                audit_collector,
+                audit.interval_seconds,
+                audit.timeout_seconds,
+                on_snapshot,
+                start_delay=AUDIT_START_DELAY_SECONDS,
+            )
+        )
     if gpu.enabled or kernel.enabled:
         # Last, so that a one-shot scrape sees what the two sources above just recorded.
         xid = XidCollector(node.ledger, node.session.uuids)

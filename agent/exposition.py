@@ -47,6 +47,8 @@ def meta_families(statuses: Sequence[Status]) -> list[Metric]:
         labels=["collector"],
     )
     for status in statuses:
+        if status.pending:
+            continue  # absent until its first run ends, rather than a failure at every start-up
         success.add_metric([status.name], 1.0 if status.success else 0.0)
         if status.snapshot is not None:
             duration.add_metric([status.name], status.snapshot.duration_seconds)

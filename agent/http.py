@@ -31,7 +31,7 @@ def health(samplers: Sequence[Sampler], extra: dict[str, Any] | None = None) -> 
         status = sampler.status(now)
         last = sampler.last_success_at
         collectors[sampler.name] = {
-            "success": status.success,
+            "success": None if status.pending else status.success,
             "reason": status.reason,
             "last_success": _iso(last) if last else None,
             "last_success_age_seconds": (
@@ -41,7 +41,7 @@ def health(samplers: Sequence[Sampler], extra: dict[str, Any] | None = None) -> 
             "interval_seconds": sampler.interval,
         }
     body = {
-        "status": "ok" if all(c["success"] for c in collectors.values()) else "degraded",
+        "status": "degraded" if any(c["success"] is False for c in collectors.values()) else "ok",
         "version": __version__,
         "time": _iso(now_wall),
         "collectors": collectors,

@@ -42,6 +42,14 @@ class Status:
     snapshot: Snapshot | None
     families: Sequence[Metric]
 
+    @property
+    def pending(self) -> bool:
+        """No run has finished yet (the agent just started): neither success nor failure."""
+        return self.snapshot is None and self.success is False and self.reason == PENDING
+
+
+PENDING = "no collection has finished yet"
+
 
 class Sampler:
     """Runs one collector every `interval` seconds on a daemon thread."""
@@ -52,11 +60,13 @@ class Sampler:
         interval: float,
         timeout: float,
         on_snapshot: Callable[[], None] = lambda: None,
+        start_delay: float = 0.0,
     ):
         self.collector = collector
         self.name = collector.name
         self.interval, self.timeout = interval, timeout
         self._on_snapshot = on_snapshot
+        self.start_delay = start_delay
         self._snapshot: Snapshot | None = None
         self._running_since: float | None = None
         self._generation = 0
@@ -80,6 +90,8 @@ class Sampler:
             self._thread.join(wait)
 
     def _loop(self) -> None:
+        if self._stop.wait(self.start_delay):
+            return
         next_run = time.monotonic()
         while not self._stop.is_set():
             self.run_once()
@@ -156,7 +168,7 @@ class Sampler:
                 (),
             )
         if snapshot is None:
-            return Status(self.name, False, "no collection has finished yet", None, ())
+            return Status(self.name, False, PENDING, None, ())
         if not snapshot.success:
             return Status(self.name, False, snapshot.error, snapshot, snapshot.families)
         return Status(self.name, True, None, snapshot, snapshot.families)

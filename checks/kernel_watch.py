@@ -13,7 +13,6 @@ events are kept for `clusterhealth check`.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ class KernelLogCollector:
         self.events: Counter[str] = Counter(dict.fromkeys(EVENT_KINDS, 0))
         self.records_read = 0
         self.recent: deque[SeenEvent] = deque(maxlen=keep_recent)
+        self.readable: bool | None = None  # None until the first attempt to open the log
 
     def close(self) -> None:
         if self._reader is not None:
@@ -75,7 +75,12 @@ class KernelLogCollector:
     def collect(self) -> list[Metric]:
         if self._reader is None:
             # An unreadable device raises here: the collector reports failure, the agent goes on.
-            self._reader = KmsgReader(self.path, self.start)
+            try:
+                self._reader = KmsgReader(self.path, self.start)
+            except OSError:
+                self.readable = False
+                raise
+            self.readable = True
         budget = self.max_records_per_cycle
         while budget > 0:
             records = self._reader.read_available(min(budget, 1000))
@@ -96,8 +101,7 @@ class KernelLogCollector:
             code = event.code if event.code is not None else XID_FELL_OFF_THE_BUS
             gpu = self._gpu_index(event.pci)
             # The kernel's printk clock counts from boot like CLOCK_MONOTONIC, the NVML side's clock.
-            self.ledger.record("kmsg", gpu, code, when=seconds)
-            self.recent.append(SeenEvent("xid", code, event.pci, gpu, seconds, event.message))
+            self.ledger.record("kmsg", gpu, code, when=seconds, detail=event.message, pci=event.pci)
             return
         kind = _counted_kind(event)
         if kind is None:
@@ -141,12 +145,24 @@ class KernelLogCollector:
             families += [lost, read]
         return families
 
-    def recent_events(self, within_seconds: float | None = None) -> list[SeenEvent]:
-        """Events seen, newest last; only those printed in the last `within_seconds` if given."""
-        if within_seconds is None:
-            return list(self.recent)
-        now = time.monotonic()  # the printk clock, like CLOCK_MONOTONIC, counts from boot
-        return [e for e in self.recent if now - e.boot_seconds <= within_seconds]
+    def recent_events(self) -> list[SeenEvent]:
+        """The hardware events seen other than Xid (those are in the ledger), newest last."""
+        return list(self.recent)
+
+
+def recent_xid_events(ledger: XidLedger) -> list[SeenEvent]:
+    """The ledger's counted Xids, from NVML or the kernel log, in the shape the audits read."""
+    return [
+        SeenEvent(
+            "xid",
+            e.xid,
+            e.pci,
+            e.gpu if e.gpu >= 0 else None,
+            e.when,
+            e.detail or f"Xid {e.xid} (NVML event)",
+        )
+        for e in ledger.recent()
+    ]
 
 
 def _counted_kind(event: KernelEvent) -> str | None:

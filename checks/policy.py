@@ -270,10 +270,12 @@ class Policy:
         ),
     )
     rdma_ports: tuple[RdmaPortRule, ...] = field(
-        default=(),
+        # A port that is not up is a problem wherever it is; speeds differ between fabrics.
+        default=(RdmaPortRule(),),
         metadata=_meta(
             "RDMA port rules, each {devices: pattern, link_layer, state, physical_state, rate_gbps}; "
-            "the first matching rule applies to a port, ports no rule matches are not checked"
+            "the first matching rule applies to a port, ports no rule matches are not checked "
+            "(default: every port ACTIVE and LinkUp, any rate)"
         ),
     )
     hca_count: tuple[HcaCountRule, ...] = field(

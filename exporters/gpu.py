@@ -237,6 +237,12 @@ def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading
     return links
 
 
+@dataclass(frozen=True)
+class GpuState:
+    readings: Sequence[GpuReading]
+    driver_version: str | None
+
+
 @dataclass
 class _GpmSample:
     uuid: str
@@ -259,9 +265,12 @@ class GpuCollector:
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
         self._down: dict[int, str] = {}
         self._gpm_support: dict[str, bool] = {}
+        # The last successful cycle's readings, for the audits; None while NVML is unusable.
+        self.latest: GpuState | None = None
         self._gpm_previous: dict[int, _GpmSample] = {}
 
     def collect(self) -> list[Metric]:
+        self.latest = None
         s = self.session
         s.ensure_init()
         count = s.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
@@ -274,6 +283,7 @@ class GpuCollector:
             self._read_gpm(readings, handles)
         for message in s.take_new_errors():
             log.warning("%s", message)
+        self.latest = GpuState(readings, driver)
         return self._families(readings, driver, cuda)
 
     def close(self) -> None:

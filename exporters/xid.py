@@ -28,6 +28,18 @@ log = logging.getLogger("clusterhealth.xid")
 UNKNOWN_GPU = -1
 
 
+@dataclass(frozen=True)
+class XidEvent:
+    """One counted Xid: which source saw it first, on which GPU, when (CLOCK_MONOTONIC seconds)."""
+
+    source: str
+    gpu: int
+    xid: int
+    when: float
+    detail: str = ""  # the kernel's line, when the kernel log was first
+    pci: str | None = None  # the bus id the kernel printed
+
+
 @dataclass
 class _Unmatched:
     source: str
@@ -39,14 +51,25 @@ class _Unmatched:
 class XidLedger:
     """Counts Xid events per (GPU index, code), deduplicated across sources."""
 
-    def __init__(self, window_seconds: float = 30.0, max_unmatched: int = 4096):
+    def __init__(self, window_seconds: float = 30.0, max_unmatched: int = 4096, keep_recent: int = 512):
         self.window_seconds = window_seconds
         self._lock = threading.Lock()
         self._counts: Counter[tuple[int, int]] = Counter()
+        # The counted events, newest last, for "a critical Xid in the last hour" checks. Xids only,
+        # so a flood of other kernel messages cannot push them out.
+        self._recent: deque[XidEvent] = deque(maxlen=keep_recent)
         # Events not yet seen by the other source; bounded so a flood cannot grow memory.
         self._unmatched: deque[_Unmatched] = deque(maxlen=max_unmatched)
 
-    def record(self, source: str, gpu: int, xid: int, when: float | None = None) -> bool:
+    def record(
+        self,
+        source: str,
+        gpu: int,
+        xid: int,
+        when: float | None = None,
+        detail: str = "",
+        pci: str | None = None,
+    ) -> bool:
         """Record one event; True when it counted, False when it was the other source's twin.
 
         `when` is a CLOCK_MONOTONIC time in seconds (the kernel log's timestamps are on that clock).
@@ -68,11 +91,16 @@ class XidLedger:
                     return False
             self._unmatched.append(_Unmatched(source, gpu, xid, when))
             self._counts[(gpu, xid)] += 1
+            self._recent.append(XidEvent(source, gpu, xid, when, detail, pci))
             return True
 
     def counts(self) -> dict[tuple[int, int], int]:
         with self._lock:
             return dict(self._counts)
+
+    def recent(self) -> list[XidEvent]:
+        with self._lock:
+            return list(self._recent)
 
 
 class XidCollector:

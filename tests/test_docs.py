@@ -23,7 +23,10 @@ def test_readme_lists_every_metric_the_agent_exports() -> None:
     documented = set(re.findall(r"^\| `(clusterhealth_[a-z0-9_]+)` \|", README, flags=re.M))
     golden = (GOLDEN / "h100-faulty.prom").read_text()
     # The golden file leaves out the durations, which change from run to run.
-    exported = {name for name, _ in samples(golden)} | {"clusterhealth_scrape_collector_duration_seconds"}
+    exported = {name for name, _ in samples(golden)} | {
+        "clusterhealth_scrape_collector_duration_seconds",
+        "clusterhealth_check_last_run_timestamp_seconds",
+    }
     for tree in ("cluster-node", "node-exporter-fixture"):
         result = run_cli(
             "scrape", "--sysfs-root", str(FIXTURES / "sysfs" / tree / "sys"), "--kmsg-path", "/dev/null"

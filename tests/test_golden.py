@@ -87,10 +87,15 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def comparable(exposition: str) -> list[str]:
-    """The exposition without what changes from run to run: durations and the version."""
+    """The exposition without what changes from run to run: durations, timestamps, the version."""
     lines = []
     for line in exposition.splitlines():
-        if line.startswith("clusterhealth_scrape_collector_duration_seconds{"):
+        if line.startswith(
+            (
+                "clusterhealth_scrape_collector_duration_seconds{",
+                "clusterhealth_check_last_run_timestamp_seconds{",
+            )
+        ):
             continue
         lines.append(re.sub(r'^(clusterhealth_build_info\{version=)"[^"]*"', r'\1"VERSION"', line))
     return lines
@@ -159,6 +164,7 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_gpu_pcie_link_width_max",
         "clusterhealth_gpu_nvlink_up",
         "clusterhealth_scrape_collector_success",
+        "clusterhealth_check_status",
     }
     for name, labels in samples(faulty_exposition):
         assert "hostname" not in dict(labels) and "host" not in dict(labels)

@@ -77,7 +77,11 @@ def load(text: str) -> Policy:
 def test_the_default_policy_checks_only_what_holds_on_every_node() -> None:
     policy = load("")
     assert policy == Policy()
-    assert (policy.mtu, policy.rdma_ports, policy.hca_count, policy.gpu_count) == ((), (), (), None)
+    assert (policy.mtu, policy.hca_count, policy.gpu_count) == ((), (), None)
+    # A port that is not up is a problem on any node: every port must be ACTIVE and LinkUp.
+    assert policy.rdma_ports == (
+        RdmaPortRule(devices=".*", state="ACTIVE", physical_state="LinkUp", rate_gbps=None),
+    )
     assert policy.firmware == FirmwarePolicy(hca={}, gpu_driver=None, gpu_vbios={}, uniform=True)
     # Width is checked everywhere; generation drops at idle (GPUs) or sits below a card's maximum
     # in an older slot (HCAs), so it is checked only on request.

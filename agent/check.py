@@ -1,0 +1,147 @@
+"""`clusterhealth check`: every audit and health check once, for Slurm, Nagios and node-problem-detector.
+
+Exit codes follow Nagios and NHC: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (`--exit-codes nagios`).
+node-problem-detector's custom plugins read 0 as OK, 1 as a problem and anything else as unknown;
+`--exit-codes npd` maps CRITICAL to 1, WARNING to 0 and UNKNOWN to 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from clusterhealth.agent import config as configuration
+from clusterhealth.agent.daemon import Node
+from clusterhealth.checks.audit_collector import NO_GPUS, AuditCollector, AuditRun
+from clusterhealth.checks.audits import CRITICAL, OK, UNKNOWN, WARNING, CheckResult, worst
+from clusterhealth.checks.kernel_watch import KernelLogCollector, SeenEvent, recent_xid_events
+from clusterhealth.exporters.gpu import GpuCollector, GpuState
+
+STATUS_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
+NPD_EXIT = {OK: 0, WARNING: 0, CRITICAL: 1, UNKNOWN: 2}
+# One check run reads the whole kernel log since boot, in bounded steps.
+KERNEL_LOG_MAX_CYCLES = 100
+
+
+def collect_once(config: configuration.Config) -> AuditRun:
+    node = Node.create(config)
+    try:
+        gpu_state: GpuState | None = NO_GPUS
+        if config.collectors.gpu.enabled:
+            gpus = GpuCollector(node.session, gpm=False)
+            # A failure leaves gpus.latest None: the checks that need GPUs say UNKNOWN and why.
+            with contextlib.suppress(Exception):
+                gpus.collect()
+            gpu_state = gpus.latest
+        events: list[SeenEvent] | None = []
+        if config.collectors.kernel_log.enabled:
+            events = _kernel_events(config, node)
+        if events is not None:
+            events = recent_xid_events(node.ledger) + events
+        audit = AuditCollector(config.policy, Path(config.paths.sysfs), lambda: gpu_state, lambda: events)
+        return audit.run()
+    finally:
+        node.close()
+
+
+def _kernel_events(config: configuration.Config, node: Node) -> list[SeenEvent] | None:
+    watcher = KernelLogCollector(
+        config.paths.kmsg,
+        node.ledger,
+        node.session.gpu_bus_ids,
+        start="boot",
+        max_records_per_cycle=config.collectors.kernel_log.max_records_per_cycle,
+    )
+    try:
+        for _ in range(KERNEL_LOG_MAX_CYCLES):
+            before = watcher.records_read
+            watcher.collect()
+            if watcher.records_read == before:
+                break
+    except OSError:
+        return None
+    finally:
+        watcher.close()
+    return watcher.recent_events()
+
+
+def run_check(
+    config: configuration.Config, output: str, exit_codes: str, only: str | None, show_ok: bool
+) -> int:
+    run = collect_once(config)
+    results = [r for r in run.results if only is None or re.fullmatch(only, r.check)]
+    status = worst(results)
+    if output == "json":
+        print(json.dumps(_as_json(results, status), indent=2))
+    elif output == "line":
+        print(summary_line(results, status))
+    else:
+        print(table(results, status, show_ok))
+    return NPD_EXIT[status] if exit_codes == "npd" else status
+
+
+def summary_line(results: list[CheckResult], status: int) -> str:
+    """One line: the status and the worst problem, as a Slurm drain reason or an NPD message."""
+    problems = sorted((r for r in results if r.status != OK), key=lambda r: -_rank(r.status))
+    if not problems:
+        return f"OK: {len(results)} checks passed"
+    first = problems[0]
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{STATUS_NAMES[status]}: {first.check} {first.subject}: {first.message}{more}"
+
+
+def _rank(status: int) -> int:
+    return {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}[status]
+
+
+def table(results: list[CheckResult], status: int, show_ok: bool) -> str:
+    rows = [r for r in results if show_ok or r.status != OK]
+    rows.sort(key=lambda r: -_rank(r.status))
+    lines = []
+    if rows:
+        width_check = max(len("CHECK"), *(len(r.check) for r in rows))
+        width_subject = max(len("SUBJECT"), *(len(r.subject) for r in rows))
+        lines.append(f"{'STATUS':<9} {'CHECK':<{width_check}} {'SUBJECT':<{width_subject}} MESSAGE")
+        for r in rows:
+            name = STATUS_NAMES[r.status]
+            lines.append(f"{name:<9} {r.check:<{width_check}} {r.subject:<{width_subject}} {r.message}")
+        lines.append("")
+    counts = Counter(STATUS_NAMES[r.status].lower() for r in results)
+    tally = ", ".join(
+        f"{counts[name]} {name}" for name in ("critical", "warning", "unknown", "ok") if counts[name]
+    )
+    lines.append(f"clusterhealth check: {STATUS_NAMES[status]} ({tally or 'no checks'})")
+    return "\n".join(lines)
+
+
+def _as_json(results: list[CheckResult], status: int) -> dict[str, object]:
+    return {
+        "status": STATUS_NAMES[status],
+        "exit_code": status,
+        "summary": summary_line(results, status),
+        "results": [
+            {"check": r.check, "subject": r.subject, "status": STATUS_NAMES[r.status], "message": r.message}
+            for r in results
+        ],
+    }
+
+
+def main_check(
+    config: configuration.Config, output: str, exit_codes: str, only: str | None, show_ok: bool
+) -> int:
+    try:
+        return run_check(config, output, exit_codes, only, show_ok)
+    except Exception as err:  # a crashed check is UNKNOWN, never a silent OK
+        print(f"UNKNOWN: clusterhealth check failed: {type(err).__name__}: {err}")
+        return NPD_EXIT[UNKNOWN] if exit_codes == "npd" else UNKNOWN
+
+
+__all__ = ["main_check", "run_check", "summary_line", "table"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main_check(configuration.load(None), "table", "nagios", None, False))

@@ -1,0 +1,289 @@
+"""`clusterhealth check` end to end, and the Slurm and node-problem-detector examples that run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import CLUSTERHEALTH, FIXTURES, ROOT, SCENARIOS, run_cli, value
+from .test_kmsg import kmsg_record
+
+CLUSTER_NODE = FIXTURES / "sysfs" / "cluster-node" / "sys"
+FAULTY = SCENARIOS / "h100-faulty.yaml"
+HEALTHY = SCENARIOS / "h100-healthy.yaml"
+
+
+@pytest.fixture
+def quiet_node(tmp_path: Path) -> dict[str, str]:
+    """Paths of a node with no RDMA hardware, one interface, and an empty kernel log."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "class" / "net" / "lo").mkdir(parents=True)
+    (sysfs / "class" / "net" / "lo" / "mtu").write_text("65536\n")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    return {"sysfs": str(sysfs), "kmsg": str(kmsg)}
+
+
+def check(
+    *args: str, config: dict[str, Any] | None = None, tmp_path: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    extra: list[str] = []
+    if config is not None:
+        assert tmp_path is not None
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        extra = ["--config", str(path)]
+    return run_cli("check", *extra, *args)
+
+
+def test_faulty_node_is_critical_with_each_problem_listed() -> None:
+    result = check("--simulate", str(FAULTY), "--sysfs-root", str(CLUSTER_NODE), "--kmsg-path", "/dev/null")
+    assert result.returncode == 2, result.stdout + result.stderr
+    rows = {tuple(line.split()[:3]) for line in result.stdout.splitlines()}
+    assert ("CRITICAL", "gpu_pcie_link", "1") in rows
+    assert ("CRITICAL", "gpu_ecc_uncorrectable", "5") in rows
+    assert ("CRITICAL", "gpu_row_remap", "7") in rows
+    assert ("WARNING", "gpu_row_remap", "5") in rows
+    assert ("CRITICAL", "rdma_port_state", "mlx5_3/1") in rows
+    assert ("CRITICAL", "hca_pcie_link", "mlx5_4") in rows
+    assert ("WARNING", "hca_firmware", "mlx5_7") in rows
+    assert result.stdout.strip().splitlines()[-1].startswith("clusterhealth check: CRITICAL (")
+
+
+def test_json_output_lists_every_result() -> None:
+    result = check(
+        "--json", "--simulate", str(FAULTY), "--sysfs-root", str(CLUSTER_NODE), "--kmsg-path", "/dev/null"
+    )
+    report = json.loads(result.stdout)
+    assert report["status"] == "CRITICAL" and report["exit_code"] == 2
+    by_key = {(r["check"], r["subject"]): r for r in report["results"]}
+    assert by_key[("rdma_port_state", "mlx5_3/1")]["status"] == "CRITICAL"
+    assert "Polling" in by_key[("rdma_port_state", "mlx5_3/1")]["message"]
+    assert by_key[("gpu_lost", "0")]["status"] == "OK"
+    assert report["summary"].startswith("CRITICAL: ")
+
+
+def test_healthy_node_is_ok(quiet_node: dict[str, str]) -> None:
+    result = check(
+        "--simulate", str(HEALTHY), "--sysfs-root", quiet_node["sysfs"], "--kmsg-path", quiet_node["kmsg"]
+    )
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.strip().startswith("clusterhealth check: OK (")
+    assert "STATUS" not in result.stdout  # passing checks are listed with --all only
+    listed = check(
+        "--all",
+        "--simulate",
+        str(HEALTHY),
+        "--sysfs-root",
+        quiet_node["sysfs"],
+        "--kmsg-path",
+        quiet_node["kmsg"],
+    )
+    assert "OK        gpu_lost" in listed.stdout
+
+
+def test_a_warning_only_node_exits_1(quiet_node: dict[str, str], tmp_path: Path) -> None:
+    config = {"policy": {"firmware": {"gpu_driver": "560.35.03", "severity": "warning"}}}
+    result = check(
+        "--simulate", str(HEALTHY), "--sysfs-root", quiet_node["sysfs"], "--kmsg-path", quiet_node["kmsg"],
+        config=config, tmp_path=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert "gpu_driver" in result.stdout and "550.90.07" in result.stdout and "560.35.03" in result.stdout
+
+
+def test_without_nvml_the_gpu_checks_are_unknown(quiet_node: dict[str, str]) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has a real NVIDIA driver")
+    result = check("--format", "line", "--sysfs-root", quiet_node["sysfs"], "--kmsg-path", quiet_node["kmsg"])
+    assert result.returncode == 3, result.stdout
+    assert result.stdout.startswith("UNKNOWN: gpu_")
+
+
+def test_unreadable_kernel_log_makes_the_xid_check_unknown(quiet_node: dict[str, str]) -> None:
+    result = check(
+        "--json",
+        "--simulate",
+        str(HEALTHY),
+        "--sysfs-root",
+        quiet_node["sysfs"],
+        "--kmsg-path",
+        "/nonexistent",
+    )
+    xid = [r for r in json.loads(result.stdout)["results"] if r["check"] == "gpu_xid"]
+    assert xid and all(r["status"] == "UNKNOWN" for r in xid)
+    assert result.returncode == 3
+
+
+def test_recent_critical_xid_in_the_kernel_log_is_critical(
+    quiet_node: dict[str, str], tmp_path: Path
+) -> None:
+    kmsg = tmp_path / "kmsg-xid"
+    line = "NVRM: Xid (PCI:0000:d1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    kmsg.write_bytes(kmsg_record(1, line, usec=int((time.monotonic() - 60) * 1e6)))
+    result = check(
+        "--format",
+        "line",
+        "--only",
+        "gpu_xid",
+        "--simulate",
+        str(HEALTHY),
+        "--sysfs-root",
+        quiet_node["sysfs"],
+        "--kmsg-path",
+        str(kmsg),
+    )
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.startswith("CRITICAL: gpu_xid 6: ")
+    assert "79" in result.stdout
+
+
+def test_npd_exit_codes(quiet_node: dict[str, str]) -> None:
+    critical = check(
+        "--exit-codes",
+        "npd",
+        "--format",
+        "line",
+        "--simulate",
+        str(FAULTY),
+        "--sysfs-root",
+        str(CLUSTER_NODE),
+        "--kmsg-path",
+        "/dev/null",
+    )
+    assert critical.returncode == 1
+    ok = check(
+        "--exit-codes",
+        "npd",
+        "--simulate",
+        str(HEALTHY),
+        "--sysfs-root",
+        quiet_node["sysfs"],
+        "--kmsg-path",
+        quiet_node["kmsg"],
+    )
+    assert ok.returncode == 0
+    only_rdma = check(
+        "--exit-codes",
+        "npd",
+        "--only",
+        "mtu|rdma_.*|hca_.*",
+        "--simulate",
+        str(FAULTY),
+        "--sysfs-root",
+        str(CLUSTER_NODE),
+        "--kmsg-path",
+        "/dev/null",
+    )
+    assert only_rdma.returncode == 1
+    assert "gpu_" not in only_rdma.stdout
+
+
+def test_bad_policy_pattern_exits_2_naming_the_key(tmp_path: Path) -> None:
+    result = check(config={"policy": {"mtu": [{"interfaces": "ens[", "mtu": 9000}]}}, tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "policy.mtu[0].interfaces: expected a valid regular expression" in result.stderr
+    assert result.stdout == ""
+
+
+def test_agent_exports_check_status_and_firmware_inventory(tmp_path: Path) -> None:
+    result = run_cli(
+        "scrape", "--simulate", str(FAULTY), "--sysfs-root", str(CLUSTER_NODE), "--kmsg-path", "/dev/null"
+    )
+    text = result.stdout
+    assert value(text, "clusterhealth_check_status", check="rdma_port_state", subject="mlx5_3/1") == 2
+    assert value(text, "clusterhealth_check_status", check="rdma_port_state", subject="mlx5_0/1") == 0
+    assert value(text, "clusterhealth_check_status", check="gpu_pcie_link", subject="1") == 2
+    assert value(text, "clusterhealth_check_last_run_timestamp_seconds", check="gpu_lost") == pytest.approx(
+        time.time(), abs=60
+    )
+    assert (
+        value(text, "clusterhealth_firmware_info", component="hca", subject="mlx5_7", version="28.36.1010")
+        == 1
+    )
+    assert (
+        value(
+            text, "clusterhealth_firmware_info", component="gpu_driver", subject="driver", version="550.90.07"
+        )
+        == 1
+    )
+    assert value(text, "clusterhealth_firmware_info", component="gpu_vbios", subject="0") == 1
+
+
+# --- the deploy/ examples --------------------------------------------------------------------
+
+
+def fake_command(directory: Path, name: str, log: Path) -> None:
+    """A stand-in for a cluster command this machine lacks: records its arguments."""
+    script = directory / name
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name} $*" >> {log}\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def run_slurm_healthcheck(tmp_path: Path, config: dict[str, Any]) -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    calls.touch()
+    fake_command(bin_dir, "scontrol", calls)  # Slurm is not installed here
+    fake_command(bin_dir, "logger", calls)
+    (tmp_path / "clusterhealth.yaml").write_text(yaml.safe_dump(config))
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CLUSTERHEALTH": CLUSTERHEALTH,
+        "CLUSTERHEALTH_CONFIG": str(tmp_path / "clusterhealth.yaml"),
+        "SLURMD_NODENAME": "gpu-node-17",
+    }
+    script = ROOT / "deploy" / "slurm" / "clusterhealth-healthcheck"
+    done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return calls.read_text().splitlines()
+
+
+def test_slurm_healthcheck_drains_a_critical_node(tmp_path: Path) -> None:
+    config = {"simulate": str(FAULTY), "paths": {"sysfs": str(CLUSTER_NODE), "kmsg": "/dev/null"}}
+    calls = run_slurm_healthcheck(tmp_path, config)
+    drains = [c for c in calls if c.startswith("scontrol ")]
+    assert len(drains) == 1
+    assert drains[0].startswith("scontrol update nodename=gpu-node-17 state=drain reason=clusterhealth: ")
+    assert len(drains[0].split("reason=", 1)[1]) <= 200
+
+
+def test_slurm_healthcheck_leaves_a_healthy_node_alone(tmp_path: Path, quiet_node: dict[str, str]) -> None:
+    config = {"simulate": str(HEALTHY), "paths": {"sysfs": quiet_node["sysfs"], "kmsg": quiet_node["kmsg"]}}
+    assert run_slurm_healthcheck(tmp_path, config) == []
+
+
+def test_slurm_healthcheck_does_not_drain_on_a_bad_config(tmp_path: Path) -> None:
+    calls = run_slurm_healthcheck(tmp_path, {"collectors": {"gpu": {"interval_seconds": "often"}}})
+    assert not any(c.startswith("scontrol") for c in calls)
+    assert any(c.startswith("logger ") for c in calls)
+
+
+def test_node_problem_detector_plugin_config_runs_real_check_commands() -> None:
+    config = json.loads(
+        (ROOT / "deploy" / "kubernetes" / "node-problem-detector-clusterhealth.json").read_text()
+    )
+    assert config["plugin"] == "custom"
+    conditions = {c["type"] for c in config["conditions"]}
+    for rule in config["rules"]:
+        assert rule["condition"] in conditions
+        args = rule["args"]
+        assert args[0] == "check" and "--exit-codes" in args and args[args.index("--exit-codes") + 1] == "npd"
+        # The rule's own arguments, pointed at the fixture node, must be accepted by the real command.
+        local = [a for a in args]
+        local[local.index("--sysfs-root") + 1] = str(CLUSTER_NODE)
+        local[local.index("--kmsg-path") + 1] = "/dev/null"
+        done = run_cli(*local, "--simulate", str(FAULTY))
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert len(done.stdout) < 4096 and done.stdout.count("\n") == 1
