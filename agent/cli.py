@@ -73,8 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--only", metavar="REGEX", help="only the checks whose name matches, e.g. 'gpu_.*'")
     check.add_argument("--all", action="store_true", help="list passing checks too")
 
-    probe = sub.add_parser("probe", help="fabric probes: parse a saved output")
+    probe = sub.add_parser("probe", help="fabric probes: run one now, or parse a saved output")
     probe_sub = probe.add_subparsers(dest="probe_command", required=True, metavar="ACTION")
+    probe_run = probe_sub.add_parser("run", help="run a configured probe now and print its result")
+    _common(probe_run)
+    probe_run.add_argument("name", metavar="NAME", help="the probe's name in the config file")
+    probe_run.add_argument("--json", action="store_true", help="print JSON")
     parse = probe_sub.add_parser("parse", help="parse a saved probe output and print it as JSON")
     parse.add_argument("--kind", required=True, choices=probe_parsers.KINDS)
     parse.add_argument("file", metavar="FILE", help="the saved output ('-' for standard input)")
@@ -106,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _scrape(args)
         if args.command == "check":
             return _check(args)
+        if args.command == "probe" and args.probe_command == "run":
+            return _probe_run(args)
         if args.command == "probe" and args.probe_command == "parse":
             return _probe_parse(args)
         if args.command == "demo":
@@ -145,6 +151,46 @@ def _check(args: argparse.Namespace) -> int:
     config, _ = load_config(args)
     logsetup.set_level(config.log_level if args.log_level else "error")
     return main_check(config, args.output or "table", args.exit_codes, args.only, args.all)
+
+
+# `probe run` exits like `check`: ok 0, degraded 1, failed or timeout 2, skipped 3.
+PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
+
+
+def _probe_run(args: argparse.Namespace) -> int:
+    from clusterhealth.agent.daemon import Node
+    from clusterhealth.agent.probing import ProbeRunner
+
+    config, _ = load_config(args)
+    logsetup.set_level(config.log_level)
+    probe = next((p for p in config.probes if p.name == args.name), None)
+    if probe is None:
+        known = ", ".join(p.name for p in config.probes) or "none configured"
+        print(f"clusterhealth: no probe named {args.name!r} (probes: {known})", file=sys.stderr)
+        return EXIT_CONFIG
+    node = Node.create(config)
+    try:
+        session = node.session if config.collectors.gpu.enabled else None
+        runs = ProbeRunner(config.probing, session).run(probe)
+    finally:
+        node.close()
+    if args.json:
+        report = [
+            {
+                "probe": r.probe,
+                "peer": r.peer,
+                "command": r.command,
+                "duration_seconds": round(r.duration_seconds, 3),
+            }
+            | r.outcome.to_dict()
+            for r in runs
+        ]
+        print(json.dumps(report, indent=2))
+    else:
+        for r in runs:
+            where = f" to {r.peer}" if r.peer else ""
+            print(f"{r.probe}{where}: {r.outcome.result}: {r.outcome.reason} ({r.duration_seconds:.1f}s)")
+    return max(PROBE_EXIT[r.outcome.result] for r in runs)
 
 
 def _probe_parse(args: argparse.Namespace) -> int:

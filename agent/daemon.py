@@ -18,6 +18,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
+from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import NO_GPUS, AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector, SeenEvent, recent_xid_events
@@ -31,6 +32,8 @@ log = logging.getLogger("clusterhealth.agent")
 
 # Audits read what the other collectors found: give them their first cycle.
 AUDIT_START_DELAY_SECONDS = 5.0
+# Probe results change at most once a run; reading them is a dictionary walk.
+PROBE_METRICS_INTERVAL_SECONDS = 2.0
 # The Xid ledger is read from memory: cheap enough to export within a second of an event.
 XID_INTERVAL_SECONDS = 1.0
 
@@ -146,12 +149,20 @@ def build_samplers(
     return samplers
 
 
+def build_probes(config: configuration.Config, node: Node) -> ProbeService | None:
+    if not config.probes:
+        return None
+    session = node.session if config.collectors.gpu.enabled else None
+    return ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session))
+
+
 class Agent:
     def __init__(self, config_path: str | None, overrides: Mapping[str, Any], config: configuration.Config):
         self.config_path, self.overrides, self.config = config_path, overrides, config
         self.loaded_at = time.time()
         self.node = Node.create(config)
         self.samplers: list[Sampler] = []
+        self.probes: ProbeService | None = None
         self.exposition = Exposition(lambda: self.samplers)
         self._stop = threading.Event()
         self._reload = threading.Event()
@@ -190,6 +201,8 @@ class Agent:
         self.server.stop()
         for sampler in self.samplers:
             sampler.stop()
+        if self.probes is not None:
+            self.probes.stop()
         self.node.close()
         return 0
 
@@ -206,7 +219,12 @@ class Agent:
     def _start_collection(self) -> None:
         self.node.sync_xid_watcher(self.config)
         # Render on the sampler's thread right after each snapshot, so no scrape waits for it.
-        self.samplers = build_samplers(self.config, self.node, self.exposition.refresh)
+        samplers = build_samplers(self.config, self.node, self.exposition.refresh)
+        self.probes = build_probes(self.config, self.node)
+        if self.probes is not None:
+            samplers.append(Sampler(self.probes, PROBE_METRICS_INTERVAL_SECONDS, 10, self.exposition.refresh))
+            self.probes.start()
+        self.samplers = samplers
         for sampler in self.samplers:
             sampler.start()
 
@@ -227,6 +245,8 @@ class Agent:
         old = self.samplers
         for sampler in old:
             sampler.stop(wait=0)
+        if self.probes is not None:
+            self.probes.stop()
         self.config, self.loaded_at = new, time.time()
         self._start_collection()
         log.info("configuration reloaded from %s", self.config_path or "defaults")

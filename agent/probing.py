@@ -1,0 +1,240 @@
+"""Scheduled fabric probes: when to run them (APScheduler), one run end to end, and their metrics.
+
+A run, in order: take the node's probe lock (one probe at a time, also against `clusterhealth
+probe run` and a second agent), ask the idle guard, fill in the command, ask the idle guard again
+right before launch, run it (checks/probes/runner.py), parse its output, evaluate it against the
+configured or learned expectation, and learn from it. The machinery is in checks/probes/; this
+module wires it to the config, the scheduler and the exposition.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from clusterhealth.agent.config import ProbeConfig, ProbingConfig, parse_bandwidth
+from clusterhealth.checks.probe_parsers import parse
+from clusterhealth.checks.probes import (
+    RESULTS,
+    BaselineStore,
+    IdleGuard,
+    ProbeLock,
+    ProbeOutcome,
+    evaluate,
+    run,
+    skipped,
+    template,
+)
+from clusterhealth.exporters.nvml import NvmlSession
+
+log = logging.getLogger("clusterhealth.probes")
+
+LOCK_FILE = "probe.lock"
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One run of one probe against one peer ("" for a node-local probe)."""
+
+    probe: str
+    peer: str
+    outcome: ProbeOutcome
+    started_at: float  # wall clock
+    duration_seconds: float
+    command: str
+
+
+class ProbeRunner:
+    """Runs one configured probe now, against each of its peers in turn."""
+
+    def __init__(self, probing: ProbingConfig, session: NvmlSession | None, gpu_count: int | None = None):
+        self.probing = probing
+        state = Path(probing.state_dir)
+        self.baselines = BaselineStore(state, probing.baseline_window, probing.baseline_min_runs)
+        self.lock_path = state / LOCK_FILE
+        self.idle = IdleGuard(
+            session if probing.check_gpus_idle else None,
+            probing.busy_command or None,
+            probing.busy_command_timeout_seconds,
+        )
+        self._session = session
+        self._gpu_count = gpu_count
+
+    def run(self, probe: ProbeConfig) -> list[PeerRun]:
+        return [self.run_peer(probe, peer) for peer in probe.peers or ("",)]
+
+    def run_peer(self, probe: ProbeConfig, peer: str) -> PeerRun:
+        started_at, start = time.time(), time.monotonic()
+        command = ""
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = ProbeLock(self.lock_path, probe.name)
+        if not lock.acquire():
+            outcome = skipped(f"another probe holds {self.lock_path}: {lock.holder() or 'unknown holder'}")
+        else:
+            try:
+                outcome, command = self._run_locked(probe, peer)
+            finally:
+                lock.release()
+        return PeerRun(probe.name, peer, outcome, started_at, time.monotonic() - start, command)
+
+    def _run_locked(self, probe: ProbeConfig, peer: str) -> tuple[ProbeOutcome, str]:
+        busy = self.idle.check()
+        if busy is not None:
+            return skipped(busy), ""
+        try:
+            argv = template(probe.argv, {"peer": peer, "node": socket.gethostname(), "gpus": self._gpus()})
+        except ValueError as err:
+            return ProbeOutcome("failed", f"cannot build the command: {err}"), ""
+        # The guard again, right before launch: a job may have started while the lock was taken.
+        busy = self.idle.check()
+        if busy is not None:
+            return skipped(busy), ""
+        result = run(
+            argv, timeout=probe.timeout_seconds, env=probe.env, max_output_bytes=self.probing.max_output_bytes
+        )
+        parsed = parse(probe.kind, result.output) if result.error is None else None
+        configured = parse_bandwidth(probe.expect) if probe.expect != "learn" else None
+        expected = configured if configured is not None else self.baselines.expected(probe.name, peer)
+        fraction = probe.degraded_fraction or self.probing.degraded_fraction
+        outcome = evaluate(probe.kind, result, parsed, expected, fraction)
+        if configured is None:
+            self.baselines.learn(probe.name, peer, outcome)
+        return outcome, result.command
+
+    def _gpus(self) -> str:
+        if self._gpu_count is not None:
+            return str(self._gpu_count)
+        if self._session is None:
+            return "0"
+        return str(len(self._session.gpu_bus_ids()))
+
+
+@dataclass
+class _ProbeState:
+    runs: Counter[str]
+    last: PeerRun | None = None  # the last run that was not skipped
+    last_any: PeerRun | None = None
+    bandwidth: dict[str, float] | None = None  # peer -> bytes/s of its last completed run
+
+
+class ProbeService:
+    """The probes' schedule inside the agent, their latest results, and the `probes` collector."""
+
+    name = "probes"
+
+    def __init__(self, probing: ProbingConfig, probes: tuple[ProbeConfig, ...], runner: ProbeRunner):
+        self.probing, self.probes, self.runner = probing, probes, runner
+        self._lock = threading.Lock()
+        self._state = {p.name: _ProbeState(Counter(dict.fromkeys(RESULTS, 0)), bandwidth={}) for p in probes}
+        # One worker: the scheduler never starts a second probe while one runs (the lock file
+        # also keeps out `clusterhealth probe run` and other agents).
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=1)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        for probe in probes:
+            if probe.enabled:
+                self.scheduler.add_job(
+                    self.run_probe, trigger=_trigger(probe), args=[probe], id=probe.name, name=probe.name
+                )
+
+    def start(self) -> None:
+        if self.scheduler.get_jobs():
+            self.scheduler.start()
+            for job in self.scheduler.get_jobs():
+                log.info("probe %s scheduled, next run at %s", job.id, job.next_run_time)
+
+    def stop(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    def run_probe(self, probe: ProbeConfig) -> list[PeerRun]:
+        runs = self.runner.run(probe)
+        with self._lock:
+            state = self._state[probe.name]
+            for peer_run in runs:
+                outcome = peer_run.outcome
+                state.runs[outcome.result] += 1
+                state.last_any = peer_run
+                if outcome.result != "skipped":
+                    state.last = peer_run
+                if outcome.bandwidth_bytes_per_second is not None and state.bandwidth is not None:
+                    state.bandwidth[peer_run.peer] = outcome.bandwidth_bytes_per_second
+        for peer_run in runs:
+            _log_run(peer_run)
+        return runs
+
+    def collect(self) -> list[Metric]:
+        success = GaugeMetricFamily(
+            "clusterhealth_probe_success",
+            "1 if the probe's last run completed and met its expectation.",
+            labels=["probe"],
+        )
+        runs = CounterMetricFamily(
+            "clusterhealth_probe_runs", "Probe runs by result.", labels=["probe", "result"]
+        )
+        last_run = GaugeMetricFamily(
+            "clusterhealth_probe_last_run_timestamp_seconds",
+            "When the probe last ran (Unix time).",
+            labels=["probe"],
+        )
+        duration = GaugeMetricFamily(
+            "clusterhealth_probe_duration_seconds", "How long the probe's last run took.", labels=["probe"]
+        )
+        bandwidth = GaugeMetricFamily(
+            "clusterhealth_probe_bandwidth_bytes_per_second",
+            "Headline bandwidth of the last completed run: nccl-tests average bus bandwidth, iperf3 "
+            "received, ib_write_bw average.",
+            labels=["probe", "peer"],
+        )
+        expected = GaugeMetricFamily(
+            "clusterhealth_probe_expected_bandwidth_bytes_per_second",
+            "The configured or learned bandwidth the probe is held to.",
+            labels=["probe"],
+        )
+        wrong = GaugeMetricFamily(
+            "clusterhealth_probe_wrong_values", "nccl-tests #wrong of the last run, summed.", labels=["probe"]
+        )
+        with self._lock:
+            for name, state in self._state.items():
+                for result in RESULTS:
+                    runs.add_metric([name, result], float(state.runs[result]))
+                for peer, value in sorted((state.bandwidth or {}).items()):
+                    bandwidth.add_metric([name, peer], value)
+                if state.last_any is not None:
+                    last_run.add_metric([name], state.last_any.started_at)
+                if state.last is None:
+                    continue
+                outcome = state.last.outcome
+                success.add_metric([name], 1.0 if outcome.success else 0.0)
+                duration.add_metric([name], state.last.duration_seconds)
+                if outcome.expected_bytes_per_second is not None:
+                    expected.add_metric([name], outcome.expected_bytes_per_second)
+                if outcome.wrong_values is not None:
+                    wrong.add_metric([name], float(outcome.wrong_values))
+        return [f for f in (success, runs, last_run, duration, bandwidth, expected, wrong) if f.samples]
+
+
+def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:
+    jitter = int(probe.jitter_seconds) or None
+    if probe.cron:
+        return CronTrigger.from_crontab(probe.cron, jitter=jitter)
+    return IntervalTrigger(seconds=probe.interval_seconds, jitter=jitter)
+
+
+def _log_run(peer_run: PeerRun) -> None:
+    outcome = peer_run.outcome
+    where = f"probe {peer_run.probe}" + (f" to {peer_run.peer}" if peer_run.peer else "")
+    level = logging.INFO if outcome.result in ("ok", "skipped") else logging.WARNING
+    log.log(level, "%s: %s: %s (%.1fs)", where, outcome.result, outcome.reason, peer_run.duration_seconds)
