@@ -31,6 +31,11 @@ def collect_once(config: configuration.Config) -> AuditRun:
     node = Node.create(config)
     try:
         gpu_state: GpuState | None = NO_GPUS
+        # Events already waiting in NVML (none on a real driver, which only delivers events after
+        # registration; a simulated node's past faults), as `scrape` sees them.
+        node.sync_xid_watcher(config, start=False)
+        if node.xid_watcher is not None:
+            node.xid_watcher.drain()
         if config.collectors.gpu.enabled:
             gpus = GpuCollector(node.session, gpm=False)
             # A failure leaves gpus.latest None: the checks that need GPUs say UNKNOWN and why.
