@@ -13,6 +13,7 @@ from clusterhealth.agent import __version__
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.schema import check_pattern
 from clusterhealth.exporters.nvml_sim import ScenarioError
 
 EXIT_CONFIG = 2
@@ -144,7 +145,7 @@ def _check(args: argparse.Namespace) -> int:
     from clusterhealth.agent.check import main_check
 
     if args.only is not None:
-        problem = configuration.check_pattern(args.only)
+        problem = check_pattern(args.only)
         if problem:
             print(f"clusterhealth: --only: expected {problem}", file=sys.stderr)
             return EXIT_CONFIG

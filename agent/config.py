@@ -12,8 +12,8 @@ import dataclasses
 import json
 import re
 import types
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -21,6 +21,7 @@ import yaml
 from apscheduler.triggers.cron import CronTrigger
 
 from clusterhealth.checks.policy import Policy
+from clusterhealth.checks.schema import setting
 
 DEFAULT_PORT = 9845
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -40,23 +41,6 @@ class ConfigError(Exception):
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def setting(
-    default: Any = dataclasses.MISSING,
-    *,
-    doc: str,
-    min: float | None = None,
-    max: float | None = None,
-    choices: tuple[str, ...] | None = None,
-    check: Callable[[Any], str | None] | None = None,
-    default_factory: Any = dataclasses.MISSING,
-) -> Any:
-    """A config field with its documentation and bounds, checked by `load`."""
-    meta = {"doc": doc, "min": min, "max": max, "choices": choices, "check": check}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 def _check_listen(value: str) -> str | None:
@@ -433,15 +417,6 @@ def _check_bounds(value: Any, meta: Mapping[str, Any], source: str, key: str) ->
         problem = check(value)
         if problem:
             raise ConfigError(source, key, problem, value)
-
-
-def check_pattern(value: str) -> str | None:
-    """A `check=` for fields holding regular expressions."""
-    try:
-        re.compile(value)
-    except re.error as err:
-        return f"a valid regular expression ({err})"
-    return None
 
 
 def to_mapping(obj: Any) -> Any:

@@ -18,9 +18,10 @@ matched against the whole name (`re.fullmatch`): `ibp.*`, `mlx5_[0-7]`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from clusterhealth.checks.schema import check_pattern, meta
 
 # The `check` label of every result `checks.audits` produces, in the order it produces them.
 CHECK_NAMES: tuple[str, ...] = (
@@ -60,17 +61,6 @@ _VERSION_RE = re.compile(r"[0-9A-Za-z]+(?:[._-][0-9A-Za-z]+)*")
 _VERSION_EXPECTED = "a version such as 28.39.1002: letters and digits joined by dots or dashes"
 
 
-def check_pattern(value: str) -> str | None:
-    """`check=` for a regular expression matched against a whole name."""
-    if not value:
-        return "a non-empty regular expression matched against the whole name, e.g. ibp.*"
-    try:
-        re.compile(value)
-    except re.error as err:
-        return f"a valid regular expression ({err})"
-    return None
-
-
 def check_version(value: str) -> str | None:
     """`check=` for a firmware or driver version string."""
     if not _VERSION_RE.fullmatch(value) or not any(c.isdigit() for c in value):
@@ -97,36 +87,24 @@ def check_check_names(value: tuple[str, ...]) -> str | None:
     return None
 
 
-def _meta(
-    doc: str,
-    *,
-    min: float | None = None,
-    max: float | None = None,
-    choices: tuple[str, ...] | None = None,
-    check: Callable[[Any], str | None] | None = None,
-) -> dict[str, Any]:
-    """The metadata `clusterhealth.agent.config.setting()` gives a field."""
-    return {"doc": doc, "min": min, "max": max, "choices": choices, "check": check}
-
-
 @dataclass(frozen=True)
 class MtuRule:
     """Interfaces whose name matches `interfaces` must have MTU `mtu`."""
 
     interfaces: str = field(
         default="",
-        metadata=_meta(
+        metadata=meta(
             "regular expression matched against the whole interface name, e.g. ibp.* (required)",
             check=check_pattern,
         ),
     )
     mtu: int | None = field(
         default=None,
-        metadata=_meta("the MTU those interfaces must have, e.g. 9000 or 4092 (required)", min=68, max=65536),
+        metadata=meta("the MTU those interfaces must have, e.g. 9000 or 4092 (required)", min=68, max=65536),
     )
     severity: str = field(
         default="critical",
-        metadata=_meta("status of a mismatch", choices=SEVERITIES),
+        metadata=meta("status of a mismatch", choices=SEVERITIES),
     )
 
 
@@ -136,25 +114,25 @@ class RdmaPortRule:
 
     devices: str = field(
         default=".*",
-        metadata=_meta(
+        metadata=meta(
             "regular expression matched against the whole RDMA device name, e.g. mlx5_[0-7]",
             check=check_pattern,
         ),
     )
     link_layer: str | None = field(
         default=None,
-        metadata=_meta("only ports of this link layer (any when unset)", choices=LINK_LAYERS),
+        metadata=meta("only ports of this link layer (any when unset)", choices=LINK_LAYERS),
     )
     state: str = field(
-        default="ACTIVE", metadata=_meta("the logical port state they must be in", choices=PORT_STATES)
+        default="ACTIVE", metadata=meta("the logical port state they must be in", choices=PORT_STATES)
     )
     physical_state: str = field(
         default="LinkUp",
-        metadata=_meta("the physical port state they must be in", choices=PORT_PHYSICAL_STATES),
+        metadata=meta("the physical port state they must be in", choices=PORT_PHYSICAL_STATES),
     )
     rate_gbps: float | None = field(
         default=None,
-        metadata=_meta(
+        metadata=meta(
             "the least rate in Gb/s an ACTIVE port must run at, e.g. 400 for 4X NDR (not checked when unset)",
             min=1,
             max=10_000,
@@ -168,14 +146,14 @@ class HcaCountRule:
 
     devices: str = field(
         default=".*",
-        metadata=_meta(
+        metadata=meta(
             "regular expression matched against the whole RDMA device name; also the result's subject",
             check=check_pattern,
         ),
     )
     count: int | None = field(
         default=None,
-        metadata=_meta("how many RDMA devices must match (required)", min=0, max=1024),
+        metadata=meta("how many RDMA devices must match (required)", min=0, max=1024),
     )
 
 
@@ -183,7 +161,7 @@ class HcaCountRule:
 class FirmwarePolicy:
     hca: dict[str, str] = field(
         default_factory=dict,
-        metadata=_meta(
+        metadata=meta(
             "HCA firmware (fw_ver) by board_id (PSID), e.g. MT_0000000838: 28.39.1002; "
             "quote versions YAML would read as numbers",
             check=check_versions_by_name,
@@ -191,52 +169,52 @@ class FirmwarePolicy:
     )
     gpu_driver: str | None = field(
         default=None,
-        metadata=_meta("NVIDIA driver version, e.g. 550.54.15 (not checked when unset)", check=check_version),
+        metadata=meta("NVIDIA driver version, e.g. 550.54.15 (not checked when unset)", check=check_version),
     )
     gpu_vbios: dict[str, str] = field(
         default_factory=dict,
-        metadata=_meta(
+        metadata=meta(
             "VBIOS version by GPU model name as NVML reports it, e.g. NVIDIA H100 80GB HBM3: 96.00.74.00.01",
             check=check_versions_by_name,
         ),
     )
     uniform: bool = field(
         default=True,
-        metadata=_meta(
+        metadata=meta(
             "HCAs of one board_id, and GPUs of one model, not pinned above must all run the same "
             "firmware; those off the most common version are reported"
         ),
     )
     severity: str = field(
         default="warning",
-        metadata=_meta("status of a firmware or driver mismatch", choices=SEVERITIES),
+        metadata=meta("status of a firmware or driver mismatch", choices=SEVERITIES),
     )
 
 
 @dataclass(frozen=True)
 class PciePolicy:
     gpu_width: bool = field(
-        default=True, metadata=_meta("GPU PCIe links must run at their maximum width (lanes)")
+        default=True, metadata=meta("GPU PCIe links must run at their maximum width (lanes)")
     )
     gpu_generation: bool = field(
         default=False,
-        metadata=_meta(
+        metadata=meta(
             "GPU PCIe links must run at their maximum generation; an idle GPU lowers its link speed "
             "to save power, so a lower generation is reported only while NVML says the GPU is busy"
         ),
     )
     hca_width: bool = field(
-        default=True, metadata=_meta("HCA PCIe links must run at their maximum width (lanes)")
+        default=True, metadata=meta("HCA PCIe links must run at their maximum width (lanes)")
     )
     hca_generation: bool = field(
         default=False,
-        metadata=_meta(
+        metadata=meta(
             "HCA PCIe links must run at their maximum generation (off by default: a card faster than "
             "its slot, e.g. PCIe Gen5 in a Gen4 server, is normal and would always be reported)"
         ),
     )
     severity: str = field(
-        default="critical", metadata=_meta("status of a degraded PCIe link", choices=SEVERITIES)
+        default="critical", metadata=meta("status of a degraded PCIe link", choices=SEVERITIES)
     )
 
 
@@ -244,7 +222,7 @@ class PciePolicy:
 class GpuHealthPolicy:
     xid_window_seconds: float = field(
         default=3600.0,
-        metadata=_meta(
+        metadata=meta(
             "how long a GPU is reported after an Xid in the kernel log: critical Xids CRITICAL, "
             "others WARNING, informational ones (43, 45) OK",
             min=60,
@@ -253,7 +231,7 @@ class GpuHealthPolicy:
     )
     row_remap_pending: str = field(
         default="warning",
-        metadata=_meta(
+        metadata=meta(
             "status of a GPU whose row remap waits for a GPU reset (a failed remap is always CRITICAL)",
             choices=SEVERITIES,
         ),
@@ -264,7 +242,7 @@ class GpuHealthPolicy:
 class Policy:
     mtu: tuple[MtuRule, ...] = field(
         default=(),
-        metadata=_meta(
+        metadata=meta(
             "MTU rules, each {interfaces: pattern, mtu: bytes, severity}; the first matching rule applies "
             "to an interface, interfaces no rule matches are not checked"
         ),
@@ -272,7 +250,7 @@ class Policy:
     rdma_ports: tuple[RdmaPortRule, ...] = field(
         # A port that is not up is a problem wherever it is; speeds differ between fabrics.
         default=(RdmaPortRule(),),
-        metadata=_meta(
+        metadata=meta(
             "RDMA port rules, each {devices: pattern, link_layer, state, physical_state, rate_gbps}; "
             "the first matching rule applies to a port, ports no rule matches are not checked "
             "(default: every port ACTIVE and LinkUp, any rate)"
@@ -280,22 +258,22 @@ class Policy:
     )
     hca_count: tuple[HcaCountRule, ...] = field(
         default=(),
-        metadata=_meta("RDMA device counts, each {devices: pattern, count}"),
+        metadata=meta("RDMA device counts, each {devices: pattern, count}"),
     )
     gpu_count: int | None = field(
         default=None,
-        metadata=_meta("how many GPUs must answer NVML (not checked when unset)", min=0, max=1024),
+        metadata=meta("how many GPUs must answer NVML (not checked when unset)", min=0, max=1024),
     )
     firmware: FirmwarePolicy = field(
-        default_factory=FirmwarePolicy, metadata=_meta("expected firmware and driver versions")
+        default_factory=FirmwarePolicy, metadata=meta("expected firmware and driver versions")
     )
-    pcie: PciePolicy = field(default_factory=PciePolicy, metadata=_meta("PCIe link checks"))
+    pcie: PciePolicy = field(default_factory=PciePolicy, metadata=meta("PCIe link checks"))
     gpu_health: GpuHealthPolicy = field(
-        default_factory=GpuHealthPolicy, metadata=_meta("current GPU health checks")
+        default_factory=GpuHealthPolicy, metadata=meta("current GPU health checks")
     )
     disabled_checks: tuple[str, ...] = field(
         default=(),
-        metadata=_meta(
+        metadata=meta(
             "names of checks not to run, e.g. gpu_row_remap on GPUs older than Ampere",
             check=check_check_names,
         ),
