@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -143,10 +142,3 @@ def main_check(
     except Exception as err:  # a crashed check is UNKNOWN, never a silent OK
         print(f"UNKNOWN: clusterhealth check failed: {type(err).__name__}: {err}")
         return NPD_EXIT[UNKNOWN] if exit_codes == "npd" else UNKNOWN
-
-
-__all__ = ["main_check", "run_check", "summary_line", "table"]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main_check(configuration.load(None), "table", "nagios", None, False))

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -270,7 +270,3 @@ def scrape_once(config: configuration.Config) -> bytes:
 
 def default_scenario(name: str) -> Path:
     return nvml_sim.SCENARIO_DIR / f"{name}.yaml"
-
-
-def samplers_summary(samplers: Sequence[Sampler]) -> str:
-    return ", ".join(f"{s.name} every {s.interval:g}s" for s in samplers) or "no collectors"

@@ -172,8 +172,3 @@ class Sampler:
         if not snapshot.success:
             return Status(self.name, False, snapshot.error, snapshot, snapshot.families)
         return Status(self.name, True, None, snapshot, snapshot.families)
-
-    def is_hung(self, now: float | None = None) -> bool:
-        now = time.monotonic() if now is None else now
-        running_since = self._running_since
-        return running_since is not None and now - running_since > self.timeout
