@@ -31,8 +31,9 @@ typecheck: venv
 	@for d in agent exporters checks dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
 	$(BIN)/mypy
 
-bench: venv
+bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
+	$(BIN)/python benchmarks/rdma_latency.py
 
 venv: $(VENV)/.installed
 

@@ -68,7 +68,11 @@ class Exposition:
 
     def render(self, gzipped: bool = False) -> bytes:
         current = [(sampler, sampler.status()) for sampler in self._samplers()]
-        key = tuple(_part_key(sampler, status) for sampler, status in current)
+        # The parts change with their generation, the meta part with every finished run.
+        key = tuple(
+            (_part_key(sampler, status), status.snapshot.duration_seconds if status.snapshot else None)
+            for sampler, status in current
+        )
         with self._lock:
             if key != self._key:
                 self._text = self._render(current)

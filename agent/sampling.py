@@ -123,20 +123,18 @@ class Sampler:
             self._last_error = None
         end = time.monotonic()
         previous = self._snapshot
-        if (
+        unchanged = (
             previous is not None
             and error is None
             and previous.success
             and list(previous.families) == list(families)
-        ):
-            # Nothing to export has changed: keep the snapshot (and its rendering) as it is, so a
-            # fast collector with quiet hardware costs no re-rendering. Its reported duration is
-            # that of the last run that changed something.
-            if self.last_success_monotonic is not None:
-                self.last_success_at, self.last_success_monotonic = start_wall + (end - start), end
-            self._running_since = None
-            return previous
-        self._generation += 1
+        )
+        if unchanged and previous is not None:
+            # Nothing to export has changed: the snapshot keeps its generation, so its rendered
+            # series are reused and a fast collector with quiet hardware costs no re-rendering.
+            families = previous.families
+        else:
+            self._generation += 1
         snapshot = Snapshot(
             families=families,
             success=error is None,

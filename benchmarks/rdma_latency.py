@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""RDMA /metrics latency of the agent side by side with node_exporter on the same sysfs tree.
+
+Builds the simulated DGX H100-class tree (exporters/sim_sysfs.py) in a temporary directory, keeps
+10 HCAs with full counters/ and hw_counters/ (8 InfiniBand mlx5 + 2 RoCE mlx5), and starts, as
+real processes on that tree:
+- `clusterhealth agent` with only its rdma collector (gpu, kernel_log and audit disabled);
+- the Debian `prometheus-node-exporter` with only its infiniband and netclass collectors.
+
+Both are then scraped the same way, from outside, one after the other: sequential keep-alive
+requests, then N concurrent keep-alive clients back to back, all with `Accept-Encoding: gzip` as
+Prometheus sends it. It prints p50, p99, max, requests/s, response size, the ratio
+ours/node_exporter (target: ≤ 1.0× at p50 and p99), RSS and CPU seconds used under load.
+
+The two do different work per request: node_exporter reads sysfs on every scrape, the agent reads
+it every `collectors.rdma.interval_seconds` (15 s) in the background and serves a cached
+rendering. So the cost of one collection is measured too: the agent's own
+`clusterhealth_scrape_collector_duration_seconds{collector="rdma"}`, `RdmaCollector.collect()` plus
+rendering timed in this process, and node_exporter's `node_scrape_collector_duration_seconds`
+read from every response it sent.
+
+Usage: benchmarks/rdma_latency.py [--requests 500] [--clients 10] [--collections 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import gzip
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from prometheus_client import generate_latest
+
+from clusterhealth.agent import __version__
+from clusterhealth.exporters import sim_sysfs
+from clusterhealth.exporters.rdma import RdmaCollector
+
+CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+AGENT_CONFIG = """\
+collectors:
+  gpu: {enabled: false}
+  kernel_log: {enabled: false}
+  audit: {enabled: false}
+"""
+OURS, THEIRS = "clusterhealth", "node_exporter"
+REQUEST = b"GET /metrics HTTP/1.1\r\nHost: bench\r\nAccept-Encoding: gzip\r\n\r\n"
+WARMUP_REQUESTS = 50
+DURATION_RE = re.compile(rb'^(\w+)_scrape_collector_duration_seconds\{collector="(\w+)"\} (\S+)$', re.M)
+
+
+# -- the tree ----------------------------------------------------------------------------------
+
+
+def build_tree(root: Path) -> list[str]:
+    """The simulated node's sysfs under `root`, changed so node_exporter 1.5.0 reads all of it.
+
+    Returns what was changed. node_exporter 1.5.0 drops its whole infiniband collector on a
+    device without board_id (irdma) and on an empty counter file (mlx5_6's symbol_error).
+    """
+    sim_sysfs.build(root)
+    irdma_link = root / "class" / "infiniband" / "irdma0"
+    shutil.rmtree(irdma_link.resolve())
+    irdma_link.unlink()
+    empty = root / "class" / "infiniband" / "mlx5_6" / "ports" / "1" / "counters" / "symbol_error"
+    assert empty.read_text() == ""
+    empty.write_text("0\n")
+    return [
+        "irdma0 removed (its device directory and class/infiniband link; its netdev stays)",
+        "mlx5_6 counters/symbol_error: empty file filled with 0",
+    ]
+
+
+def tree_summary(root: Path) -> str:
+    devices = sorted((root / "class" / "infiniband").iterdir())
+    counters = sum(len(list(d.glob("ports/*/counters/*"))) for d in devices)
+    hw = sum(len(list(d.glob("ports/*/hw_counters/*"))) for d in devices)
+    netdevs = len(list((root / "class" / "net").iterdir()))
+    names = (
+        f"{devices[0].name}..{devices[-1].name}" if len(devices) > 2 else ", ".join(d.name for d in devices)
+    )
+    return (
+        f"{len(devices)} HCAs ({names}), {counters} counters/ and {hw} hw_counters/ files in all, "
+        f"{netdevs} interfaces in class/net"
+    )
+
+
+# -- the two servers ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    for _ in range(200):
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with code {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} is not listening on port {port} after 10 s")
+
+
+def start_node_exporter(binary: str, tree: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--path.sysfs={tree}",
+            "--collector.disable-defaults",
+            "--collector.infiniband",
+            "--collector.netclass",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(port, proc, "node_exporter")
+    return proc, port
+
+
+def start_agent(tree: Path, config: Path) -> tuple[subprocess.Popen[str], int, list[str]]:
+    proc = subprocess.Popen(
+        [
+            CLUSTERHEALTH,
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--sysfs-root",
+            str(tree),
+            "--config",
+            str(config),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    for line in proc.stderr:
+        log.append(line)
+        m = re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line)
+        if m:
+            # Keep draining stderr so the agent never blocks on a full pipe.
+            threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True).start()
+            return proc, int(m.group(1)), log
+    raise SystemExit("agent did not start:\n" + "".join(log))
+
+
+def get(port: int, gzipped: bool = False) -> bytes:
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if gzipped:
+        request.add_header("Accept-Encoding", "gzip")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read()
+
+
+def agent_rdma_duration(port: int) -> tuple[bool, float | None]:
+    body = get(port)
+    success = b'clusterhealth_scrape_collector_success{collector="rdma"} 1.0' in body
+    durations = {c: float(v) for prefix, c, v in DURATION_RE.findall(body) if prefix == b"clusterhealth"}
+    return success, durations.get(b"rdma")
+
+
+def wait_for_rdma(port: int) -> float:
+    for _ in range(100):
+        success, duration = agent_rdma_duration(port)
+        if success and duration is not None:
+            return duration
+        time.sleep(0.1)
+    raise SystemExit("the agent's rdma collector did not succeed within 10 s")
+
+
+# -- load --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    latencies: list[float] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.wall
+
+
+async def _fetch(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """One request on a keep-alive connection; the body as sent (Content-Length or chunked)."""
+    writer.write(REQUEST)
+    await writer.drain()
+    status = await reader.readline()
+    if not status.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"unexpected response {status!r}")
+    length, chunked = None, False
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if not chunked:
+        return await reader.readexactly(length or 0)
+    parts: list[bytes] = []
+    while True:
+        size = int((await reader.readline()).split(b";")[0], 16)
+        if size == 0:
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass  # trailers
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
+async def _client(port: int, count: int, run: Run) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(count):
+        start = time.perf_counter()
+        body = await _fetch(reader, writer)
+        run.latencies.append(time.perf_counter() - start)
+        run.bodies.append(body)
+    writer.close()
+    await writer.wait_closed()
+
+
+def load(port: int, pid: int, clients: int, requests: int) -> Run:
+    """`requests` in all from `clients` keep-alive connections, each sending back to back."""
+    run = Run()
+    process = psutil.Process(pid)
+    per_client = [requests // clients + (i < requests % clients) for i in range(clients)]
+
+    async def everyone() -> None:
+        await asyncio.gather(*(_client(port, n, run) for n in per_client if n))
+
+    before = process.cpu_times()
+    start = time.perf_counter()
+    asyncio.run(everyone())
+    run.wall = time.perf_counter() - start
+    after = process.cpu_times()
+    run.cpu = after.user - before.user + after.system - before.system
+    return run
+
+
+# -- collection cost in this process ------------------------------------------------------------
+
+
+class _Families:
+    def __init__(self, families: list[object]):
+        self._families = families
+
+    def collect(self) -> list[object]:
+        return self._families
+
+
+def in_process(tree: Path, runs: int) -> dict[str, list[float]]:
+    """RdmaCollector.collect(), then rendering as the agent does it (text, then gzip)."""
+    # The agent's GC settings (agent/daemon.py), so a collection costs what it costs there.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+    collector = RdmaCollector(tree)
+    times: dict[str, list[float]] = {"collect": [], "render": [], "gzip": [], "total": []}
+    for i in range(runs + 5):
+        t0 = time.perf_counter()
+        families = collector.collect()
+        t1 = time.perf_counter()
+        text = generate_latest(_Families(families))  # type: ignore[arg-type]
+        t2 = time.perf_counter()
+        gzip.compress(text, compresslevel=5)
+        t3 = time.perf_counter()
+        if i >= 5:  # warm-up
+            times["collect"].append(t1 - t0)
+            times["render"].append(t2 - t1)
+            times["gzip"].append(t3 - t2)
+            times["total"].append(t3 - t0)
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    return times
+
+
+def bump_counter(tree: Path) -> None:
+    """Traffic on mlx5_0, so the agent's next collection makes a new snapshot and renders it."""
+    path = tree / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters" / "port_xmit_data"
+    path.write_text(f"{int(path.read_text()) + 1_000_000}\n")
+
+
+def wait_for_new_snapshot(port: int, old: float, seconds: float) -> float | None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _, duration = agent_rdma_duration(port)
+        if duration is not None and duration != old:
+            return duration
+        time.sleep(0.25)
+    return None
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def q(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
+def samples(body: bytes) -> int:
+    return sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+
+
+def theirs_durations(bodies: list[bytes]) -> dict[str, list[float]]:
+    """node_exporter's own node_scrape_collector_duration_seconds, from every response it sent."""
+    out: dict[str, list[float]] = {"infiniband": [], "netclass": [], "both": []}
+    for body in bodies:
+        found = {c.decode(): float(v) for prefix, c, v in DURATION_RE.findall(gzip.decompress(body))}
+        for collector in ("infiniband", "netclass"):
+            out[collector].append(found[collector])
+        out["both"].append(found["infiniband"] + found["netclass"])
+    return out
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = psutil.virtual_memory().total / 2**30
+    return (
+        f"{os.cpu_count()} CPUs ({model or platform.machine()}), {memory:.0f} GiB, "
+        f"Linux {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    print("| " + " | ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True)) + " |")
+    print("| " + " | ".join("-" * w for w in widths) + " |")
+    for row in rows:
+        print("| " + " | ".join(f"{c!s:<{w}}" for c, w in zip(row, widths, strict=True)) + " |")
+    print()
+
+
+def kib(size: float) -> str:
+    return f"{size / 1024:.1f} KiB"
+
+
+def ratio_row(
+    label: str, ours: float, theirs: float, target: float | None, show: Callable[[float], str] = ms
+) -> tuple[str, ...]:
+    r = ours / theirs if theirs else float("inf")
+    target_text = f"≤ {target:.1f}×" if target is not None else ""
+    ok = "" if target is None else ("yes" if r <= target else "NO")
+    return (label, show(ours), show(theirs), f"{r:.2f}×", target_text, ok)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=500, help="requests per server and mode (500)")
+    ap.add_argument("--clients", type=int, default=10, help="concurrent keep-alive clients (10)")
+    ap.add_argument("--collections", type=int, default=200, help="in-process collections timed (200)")
+    ap.add_argument("--node-exporter", default=NODE_EXPORTER, metavar="PATH", help=f"default {NODE_EXPORTER}")
+    ap.add_argument(
+        "--snapshot-wait",
+        type=float,
+        default=20,
+        metavar="SECONDS",
+        help="wait this long for the agent's next (warm) rdma collection after a counter changes (20)",
+    )
+    args = ap.parse_args()
+
+    binary = shutil.which(args.node_exporter)
+    if binary is None:
+        print(
+            f"node_exporter not found at {args.node_exporter}: install the Debian package "
+            "prometheus-node-exporter (apt-get install prometheus-node-exporter), "
+            "or pass --node-exporter PATH",
+            file=sys.stderr,
+        )
+        return 2
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    theirs_version = (version.stdout or version.stderr).splitlines()[0] if version.returncode == 0 else "?"
+
+    with tempfile.TemporaryDirectory(prefix="rdma-bench-") as tmp:
+        tree = Path(tmp) / "sys"
+        changes = build_tree(tree)
+        summary = tree_summary(tree)
+        config = Path(tmp) / "agent.yaml"
+        config.write_text(AGENT_CONFIG)
+
+        agent, agent_port, agent_log = start_agent(tree, config)
+        exporter, exporter_port = start_node_exporter(binary, tree)
+        servers = {OURS: (agent_port, agent.pid), THEIRS: (exporter_port, exporter.pid)}
+        try:
+            cold_duration = wait_for_rdma(agent_port)
+            plain = {name: get(port) for name, (port, _) in servers.items()}
+            if b'node_scrape_collector_success{collector="infiniband"} 1' not in plain[THEIRS]:
+                raise SystemExit("node_exporter's infiniband collector failed on the tree")
+            for port, pid in servers.values():
+                load(port, pid, 1, WARMUP_REQUESTS)
+            runs: dict[tuple[str, str], Run] = {}
+            for mode, clients in (("sequential", 1), ("concurrent", args.clients)):
+                for name, (port, pid) in servers.items():
+                    runs[mode, name] = load(port, pid, clients, args.requests)
+            rss = {name: psutil.Process(pid).memory_info().rss for name, (_, pid) in servers.items()}
+            bump_counter(tree)
+            warm_duration = wait_for_new_snapshot(agent_port, cold_duration, args.snapshot_wait)
+        finally:
+            for proc in (agent, exporter):
+                proc.terminate()
+            for proc in (agent, exporter):
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        cost = in_process(tree, args.collections)
+
+    # -- print ---------------------------------------------------------------------------------
+    print(f"RDMA /metrics: clusterhealth {__version__} vs {theirs_version}")
+    print(f"Machine: {machine()}")
+    print(f"Tree: sim_sysfs.build() in a temporary directory; {summary}.")
+    print("Changed in that copy so that node_exporter 1.5.0 reads all of it (it drops its whole")
+    print("infiniband collector on either):")
+    for change in changes:
+        print(f"- {change}")
+    print("clusterhealth agent: only the rdma collector (gpu, kernel_log, audit disabled; interval 15 s).")
+    print("node_exporter: --collector.disable-defaults --collector.infiniband --collector.netclass.")
+    print(
+        f"Load: {WARMUP_REQUESTS} warm-up requests each, then {args.requests} requests per server and mode, "
+        "keep-alive,"
+    )
+    print("Accept-Encoding: gzip; the client runs in this process, on the same cores.\n")
+
+    rows: list[tuple[str, ...]] = []
+    for mode, clients in (("sequential", 1), ("concurrent", args.clients)):
+        ours, theirs = runs[mode, OURS], runs[mode, THEIRS]
+        label = "1 client" if clients == 1 else f"{clients} clients"
+        for stat, fraction, target in (("p50", 0.5, 1.0), ("p99", 0.99, 1.0), ("max", 1.0, None)):
+            rows.append(
+                ratio_row(
+                    f"/metrics {stat}, {label}",
+                    statistics.median(ours.latencies) if fraction == 0.5 else q(ours.latencies, fraction),
+                    statistics.median(theirs.latencies) if fraction == 0.5 else q(theirs.latencies, fraction),
+                    target,
+                )
+            )
+        rows.append(ratio_row(f"requests/s, {label}", ours.rate, theirs.rate, None, lambda v: f"{v:.0f}/s"))
+        rows.append(
+            ratio_row(
+                f"server CPU, {label}, {args.requests} requests",
+                ours.cpu,
+                theirs.cpu,
+                None,
+                lambda v: f"{v:.2f} s",
+            )
+        )
+        rows.append(
+            ratio_row(
+                f"server CPU per request, {label}",
+                ours.cpu / len(ours.latencies),
+                theirs.cpu / len(theirs.latencies),
+                None,
+            )
+        )
+    seq_ours, seq_theirs = runs["sequential", OURS], runs["sequential", THEIRS]
+    rows.append(
+        ratio_row(
+            "response size, gzip",
+            statistics.median(map(len, seq_ours.bodies)),
+            statistics.median(map(len, seq_theirs.bodies)),
+            None,
+            kib,
+        )
+    )
+    rows.append(ratio_row("response size, plain", len(plain[OURS]), len(plain[THEIRS]), None, kib))
+    rows.append(ratio_row("samples in the response", samples(plain[OURS]), samples(plain[THEIRS]), None, str))
+    rows.append(ratio_row("RSS after the load", rss[OURS], rss[THEIRS], None, lambda v: f"{v / 1e6:.1f} MB"))
+    print_table(("measure", OURS, THEIRS, "ours/theirs", "target", "ok"), rows)
+
+    theirs_cost = theirs_durations(seq_theirs.bodies)
+    n_theirs = len(seq_theirs.bodies)
+    rows = [
+        (
+            "clusterhealth, rdma collection in the agent (its own duration metric)",
+            "first (cold) run",
+            ms(cold_duration),
+            "",
+        ),
+        (
+            "",
+            "next run after a counter changed",
+            ms(warm_duration) if warm_duration is not None else f"none within {args.snapshot_wait:g} s",
+            "",
+        ),
+    ]
+    for key, label in (
+        ("collect", "RdmaCollector.collect()"),
+        ("render", "+ generate_latest()"),
+        ("gzip", "+ gzip level 5"),
+        ("total", "= one collection, rendered"),
+    ):
+        rows.append(
+            (
+                f"clusterhealth, in this process, {args.collections} runs" if key == "collect" else "",
+                label,
+                ms(statistics.median(cost[key])),
+                ms(q(cost[key], 0.99)),
+            )
+        )
+    for key, label in (
+        ("infiniband", 'collector="infiniband"'),
+        ("netclass", 'collector="netclass"'),
+        ("both", "infiniband + netclass"),
+    ):
+        rows.append(
+            (
+                f"node_exporter, node_scrape_collector_duration_seconds, {n_theirs} scrapes"
+                if key == "infiniband"
+                else "",
+                label,
+                ms(statistics.median(theirs_cost[key])),
+                ms(q(theirs_cost[key], 0.99)),
+            )
+        )
+    rows.append(
+        (
+            "node_exporter, whole /metrics request (sequential, from outside)",
+            "per scrape",
+            ms(statistics.median(seq_theirs.latencies)),
+            ms(q(seq_theirs.latencies, 0.99)),
+        )
+    )
+    print("Work per collection (what each does to read the tree once):\n")
+    print_table(("who", "what", "p50", "p99"), rows)
+
+    print("How to read it:")
+    print("- node_exporter reads sysfs and renders on every scrape; clusterhealth reads sysfs every 15 s in")
+    print("  the background and a scrape sends cached gzip bytes. The /metrics rows compare what a scraper")
+    print("  waits for; the table above compares the work of one read of the tree.")
+    print("- The work differs: node_exporter 1.5.0's infiniband collector reads counters/ but not")
+    print("  hw_counters/, and its netclass collector reads every attribute of every interface; the agent")
+    print("  reads counters/, hw_counters/, the HCAs' PCIe links and the RDMA netdevs' MTUs.")
+    print("- The agent's duration metric is the run that last changed a series: on a static tree that is")
+    print("  the first, cold run; the second row is the next run after a counter was bumped.")
+    print("- node_exporter's response also carries its go_*, process_* and promhttp_* self-metrics,")
+    print("  gathered per scrape; the agent's carries clusterhealth_build_info and the scrape meta series.")
+    print("- Server CPU is the server process's user+system time during that load; the load generator")
+    print("  runs in this process on the same cores.")
+    seq_cpu = seq_ours.cpu / len(seq_ours.latencies)
+    seq_p50 = statistics.median(seq_ours.latencies)
+    if seq_p50 > 0.02 and seq_p50 > 10 * seq_cpu:
+        print(
+            f"- clusterhealth's p50 ({ms(seq_p50)}) is far above the CPU it spent per request "
+            f"({ms(seq_cpu)}): the response"
+        )
+        print("  waits rather than works. ~40 ms is Linux's minimum delayed-ACK time: a response written")
+        print("  in two sends (headers, then body) on a socket without TCP_NODELAY stalls on Nagle until")
+        print("  the client's delayed ACK of the first send.")
+    if any("error" in line.lower() for line in agent_log):
+        print("\nagent stderr:\n" + "".join(agent_log))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
