@@ -190,10 +190,26 @@ def test_npd_exit_codes(quiet_node: dict[str, str]) -> None:
     assert "gpu_" not in only_rdma.stdout
 
 
-def test_bad_policy_pattern_exits_2_naming_the_key(tmp_path: Path) -> None:
-    result = check(config={"policy": {"mtu": [{"interfaces": "ens[", "mtu": 9000}]}}, tmp_path=tmp_path)
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (
+            {"mtu": [{"interfaces": "ens[", "mtu": 9000}]},
+            "policy.mtu[0].interfaces: expected a valid regular expression",
+        ),
+        (
+            {"firmware": {"hca": {"MT_0000000838": "28.39 1002"}}},
+            "policy.firmware.hca: expected a version such as",
+        ),
+        ({"firmware": {"gpu_driver": "550 54"}}, "policy.firmware.gpu_driver: expected a version such as"),
+    ],
+)
+def test_bad_policy_pattern_or_version_exits_2_naming_the_key(
+    tmp_path: Path, policy: dict[str, Any], message: str
+) -> None:
+    result = check(config={"policy": policy}, tmp_path=tmp_path)
     assert result.returncode == 2
-    assert "policy.mtu[0].interfaces: expected a valid regular expression" in result.stderr
+    assert message in result.stderr
     assert result.stdout == ""
 
 
