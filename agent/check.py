@@ -15,10 +15,10 @@ from pathlib import Path
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Node
-from clusterhealth.checks.audit_collector import NO_GPUS, AuditCollector, AuditRun
+from clusterhealth.checks.audit_collector import AuditCollector, AuditRun
 from clusterhealth.checks.audits import CRITICAL, OK, UNKNOWN, WARNING, CheckResult, worst
-from clusterhealth.checks.kernel_watch import KernelLogCollector, SeenEvent, recent_xid_events
-from clusterhealth.exporters.gpu import GpuCollector, GpuState
+from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.exporters.gpu import GpuCollector
 
 STATUS_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
 NPD_EXIT = {OK: 0, WARNING: 0, CRITICAL: 1, UNKNOWN: 2}
@@ -29,48 +29,40 @@ KERNEL_LOG_MAX_CYCLES = 100
 def collect_once(config: configuration.Config) -> AuditRun:
     node = Node.create(config)
     try:
-        gpu_state: GpuState | None = NO_GPUS
-        # Events already waiting in NVML (none on a real driver, which only delivers events after
-        # registration; a simulated node's past faults), as `scrape` sees them.
-        node.sync_xid_watcher(config, start=False)
-        if node.xid_watcher is not None:
-            node.xid_watcher.drain()
+        node.drain_waiting_xid_events(config)
         if config.collectors.gpu.enabled:
-            gpus = GpuCollector(node.session, gpm=False)
-            # A failure leaves gpus.latest None: the checks that need GPUs say UNKNOWN and why.
+            node.gpu_collector = GpuCollector(node.session, gpm=False)
+            # A failure leaves its latest state None: the checks that need GPUs say UNKNOWN and why.
             with contextlib.suppress(Exception):
-                gpus.collect()
-            gpu_state = gpus.latest
-        events: list[SeenEvent] | None = []
+                node.gpu_collector.collect()
         if config.collectors.kernel_log.enabled:
-            events = _kernel_events(config, node)
-        if events is not None:
-            events = recent_xid_events(node.ledger) + events
-        audit = AuditCollector(config.policy, Path(config.paths.sysfs), lambda: gpu_state, lambda: events)
+            node.kernel_log = KernelLogCollector(
+                config.paths.kmsg,
+                node.ledger,
+                node.session.gpu_bus_ids,
+                start="boot",
+                max_records_per_cycle=config.collectors.kernel_log.max_records_per_cycle,
+            )
+            _read_to_the_end(node.kernel_log)
+        audit = AuditCollector(
+            config.policy,
+            Path(config.paths.sysfs),
+            lambda: node.gpu_state(config),
+            lambda: node.recent_events(config),
+        )
         return audit.run()
     finally:
         node.close()
 
 
-def _kernel_events(config: configuration.Config, node: Node) -> list[SeenEvent] | None:
-    watcher = KernelLogCollector(
-        config.paths.kmsg,
-        node.ledger,
-        node.session.gpu_bus_ids,
-        start="boot",
-        max_records_per_cycle=config.collectors.kernel_log.max_records_per_cycle,
-    )
-    try:
+def _read_to_the_end(watcher: KernelLogCollector) -> None:
+    """The whole kernel log since boot, in bounded steps; an unreadable log marks the watcher."""
+    with contextlib.suppress(OSError):
         for _ in range(KERNEL_LOG_MAX_CYCLES):
             before = watcher.records_read
             watcher.collect()
             if watcher.records_read == before:
-                break
-    except OSError:
-        return None
-    finally:
-        watcher.close()
-    return watcher.recent_events()
+                return
 
 
 def run_check(

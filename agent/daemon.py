@@ -85,6 +85,16 @@ class Node:
             self.xid_watcher.stop()
             self.xid_watcher = None
 
+    def drain_waiting_xid_events(self, config: configuration.Config) -> None:
+        """For one-shot commands: count the Xid events NVML already holds, without a thread.
+
+        A real driver holds none (it delivers events after registration only); a simulated node
+        delivers its past faults, as `scrape` and `check` then both show.
+        """
+        self.sync_xid_watcher(config, start=False)
+        if self.xid_watcher is not None:
+            self.xid_watcher.drain()
+
     def close(self) -> None:
         if self.xid_watcher is not None:
             self.xid_watcher.stop()
@@ -257,9 +267,7 @@ def scrape_once(config: configuration.Config) -> bytes:
     """One collection of every enabled collector, rendered; for `clusterhealth scrape`."""
     node = Node.create(config)
     try:
-        node.sync_xid_watcher(config, start=False)
-        if node.xid_watcher is not None:
-            node.xid_watcher.drain()
+        node.drain_waiting_xid_events(config)
         samplers = build_samplers(config, node)
         for sampler in samplers:
             sampler.run_once()

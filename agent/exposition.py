@@ -104,4 +104,4 @@ class Exposition:
 
 def _part_key(sampler: Sampler, status: Status) -> tuple[object, ...]:
     generation = status.snapshot.generation if status.snapshot else 0
-    return (sampler.name, id(sampler), generation, status.success, len(status.families))
+    return (sampler.name, id(sampler), generation, status.success)

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from clusterhealth.exporters.nvml import GpuGone, NvmlSession, error_name
+from clusterhealth.exporters.nvml import GpuGone, NvmlSession, error_name, text
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -92,10 +92,6 @@ class GpuReading:
     nvlinks: list[NvlinkReading] = field(default_factory=list)
 
 
-def _text(value: str | bytes | None) -> str | None:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
 def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
@@ -104,11 +100,11 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
     """Everything but GPM (which needs two samples) about one GPU. Raises GpuGone."""
     q = s.query
     r = GpuReading(index=index, uuid=uuid, up=True)
-    r.name = _text(q(index, "nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+    r.name = text(q(index, "nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
     pci = q(index, "nvmlDeviceGetPciInfo_v3", pynvml.nvmlDeviceGetPciInfo_v3, handle)
-    r.pci_bus_id = _text(pci.busId) if pci is not None else None
-    r.serial = _text(q(index, "nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle))
-    r.vbios_version = _text(q(index, "nvmlDeviceGetVbiosVersion", pynvml.nvmlDeviceGetVbiosVersion, handle))
+    r.pci_bus_id = text(pci.busId) if pci is not None else None
+    r.serial = text(q(index, "nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle))
+    r.vbios_version = text(q(index, "nvmlDeviceGetVbiosVersion", pynvml.nvmlDeviceGetVbiosVersion, handle))
 
     util = q(index, "nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, handle)
     r.utilization_ratio = util.gpu / 100 if util is not None else None
@@ -274,7 +270,7 @@ class GpuCollector:
         s = self.session
         s.ensure_init()
         count = s.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
-        driver = _text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+        driver = text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
         cuda = s.system("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         handles: dict[int, Any] = {}
         readings = [self._read(i, count, handles) for i in range(max(count, len(self.session.uuids)))]
@@ -297,7 +293,7 @@ class GpuCollector:
             if index >= count:
                 raise GpuGone(index, "nvmlDeviceGetCount", pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND))
             handle = s.require(index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
-            uuid = _text(s.require(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)) or ""
+            uuid = text(s.require(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)) or ""
             self.session.uuids[index] = uuid
             reading = read_gpu(s, index, handle, uuid)
             handles[index] = handle

@@ -20,7 +20,7 @@ import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import pynvml
 
@@ -55,7 +55,12 @@ LIBRARY_UNUSABLE = frozenset(
 )
 
 
-def _text(value: str | bytes) -> str:
+@overload
+def text(value: str | bytes) -> str: ...
+@overload
+def text(value: str | bytes | None) -> str | None: ...
+def text(value: str | bytes | None) -> str | None:
+    """NVML's strings: str from recent nvml-ml-py, bytes from older ones."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
@@ -112,7 +117,7 @@ class NvmlSession:
                 for index in range(pynvml.nvmlDeviceGetCount()):
                     with contextlib.suppress(pynvml.NVMLError):  # a lost GPU: its lines stay unnamed
                         pci = pynvml.nvmlDeviceGetPciInfo_v3(pynvml.nvmlDeviceGetHandleByIndex(index))
-                        self.bus_ids[_text(pci.busId)] = index
+                        self.bus_ids[text(pci.busId)] = index
             except (NvmlUnavailable, pynvml.NVMLError):
                 pass  # no NVML: Xid lines are counted with an empty gpu label
         return dict(self.bus_ids)
