@@ -214,7 +214,7 @@ def _families(devices: list[RdmaDevice]) -> list[Metric]:
         labels=[*PORT, "counter"],
     )
     hw = CounterMetricFamily(
-        "clusterhealth_rdma_hw_counter_total",
+        "clusterhealth_rdma_port_hw_events_total",
         "Driver counters of hw_counters/, by file name.",
         labels=[*PORT, "counter"],
     )
