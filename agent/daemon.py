@@ -22,10 +22,10 @@ from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import NO_GPUS, AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector, SeenEvent, recent_xid_events
-from clusterhealth.exporters import nvml_sim
 from clusterhealth.exporters.gpu import GpuCollector, GpuState
 from clusterhealth.exporters.nvml import NvmlSession
 from clusterhealth.exporters.rdma import RdmaCollector
+from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidCollector, XidLedger
 
 log = logging.getLogger("clusterhealth.agent")

@@ -1,7 +1,7 @@
 """`clusterhealth demo`: the agent on a simulated faulty node, with a tour of where each fault shows.
 
 The simulated node is the NVML simulator (the scenario's GPUs and faults), the sysfs tree of
-exporters/sim_sysfs.py (eight NDR HCAs, RoCE ports and their faults) and a simulated /dev/kmsg in
+exporters/sim/sysfs.py (eight NDR HCAs, RoCE ports and their faults) and a simulated /dev/kmsg in
 which the scenario's kernel-log lines appear at their time, in the kernel's record format.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Agent, default_scenario
-from clusterhealth.exporters import sim_sysfs
-from clusterhealth.exporters.nvml_sim import Scenario, load_scenario
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sim.nvml import Scenario, load_scenario
 
 _SELECTOR = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """RDMA /metrics latency of the agent side by side with node_exporter on the same sysfs tree.
 
-Builds the simulated DGX H100-class tree (exporters/sim_sysfs.py) in a temporary directory, keeps
+Builds the simulated DGX H100-class tree (exporters/sim/sysfs.py) in a temporary directory, keeps
 10 HCAs with full counters/ and hw_counters/ (8 InfiniBand mlx5 + 2 RoCE mlx5), and starts, as
 real processes on that tree:
 - `clusterhealth agent` with only its rdma collector (gpu, kernel_log and audit disabled);
@@ -47,8 +47,8 @@ import psutil
 from prometheus_client import generate_latest
 
 from clusterhealth.agent import __version__
-from clusterhealth.exporters import sim_sysfs
 from clusterhealth.exporters.rdma import RdmaCollector
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
 CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
@@ -449,7 +449,7 @@ def main() -> int:
     # -- print ---------------------------------------------------------------------------------
     print(f"RDMA /metrics: clusterhealth {__version__} vs {theirs_version}")
     print(f"Machine: {machine()}")
-    print(f"Tree: sim_sysfs.build() in a temporary directory; {summary}.")
+    print(f"Tree: sim.sysfs.build() in a temporary directory; {summary}.")
     print("Changed in that copy so that node_exporter 1.5.0 reads all of it (it drops its whole")
     print("infiniband collector on either):")
     for change in changes:

@@ -14,7 +14,7 @@ import pytest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import scrape_once
-from clusterhealth.exporters import nvml_sim
+from clusterhealth.exporters.sim import nvml as nvml_sim
 
 from .conftest import scenario, value
 

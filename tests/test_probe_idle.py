@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from clusterhealth.checks.probes.idle import IdleGuard
-from clusterhealth.exporters import nvml_sim
 from clusterhealth.exporters.nvml import NvmlSession
+from clusterhealth.exporters.sim import nvml as nvml_sim
 
 from .conftest import scenario
 

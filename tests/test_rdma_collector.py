@@ -164,7 +164,9 @@ def test_cluster_node_exact_samples() -> None:
             port="1",
             counter="np_ecn_marked_roce_packets",
         ): 19_876_647,
-        key("clusterhealth_rdma_port_hw_events_total", device="mlx5_9", port="1", counter="out_of_buffer"): 1283,
+        key(
+            "clusterhealth_rdma_port_hw_events_total", device="mlx5_9", port="1", counter="out_of_buffer"
+        ): 1283,
         key("clusterhealth_netdev_mtu_bytes", interface="enp170s0f0np0"): 9000,
         key("clusterhealth_netdev_mtu_bytes", interface="enp170s0f1np1"): 1500,
         key(
@@ -383,7 +385,9 @@ def test_procfs_tree_samples() -> None:
     assert samples[key("clusterhealth_rdma_port_xmit_wait_total", device="mlx4_0", port="2")] == 3846
     assert (
         samples[
-            key("clusterhealth_rdma_port_hw_events_total", device="mlx5_0", port="1", counter="resp_cqe_error")
+            key(
+                "clusterhealth_rdma_port_hw_events_total", device="mlx5_0", port="1", counter="resp_cqe_error"
+            )
         ]
         == 8109
     )

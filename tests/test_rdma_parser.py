@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clusterhealth.exporters import infiniband, sim_sysfs
+from clusterhealth.exporters import infiniband
 from clusterhealth.exporters.infiniband import (
     LegacyCounters,
     Netdev,
@@ -25,6 +25,7 @@ from clusterhealth.exporters.infiniband import (
     parse_state,
     read_rdma_devices,
 )
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 PROCFS = FIXTURES / "procfs-fixture" / "sys"

@@ -7,7 +7,7 @@ simulator answers the C functions by name, filling the same ctypes out-parameter
 A function the simulated driver lacks is missing from the library, which pynvml reports as
 `NVMLError_FunctionNotFound`, exactly as on an old driver.
 
-A scenario (YAML) describes the GPUs and the faults in time; see exporters/scenarios/ and the
+A scenario (YAML) describes the GPUs and the faults in time; see exporters/sim/scenarios/ and the
 README's "Simulated node" section.
 """
 
