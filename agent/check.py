@@ -16,12 +16,11 @@ from pathlib import Path
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Node
 from clusterhealth.checks.audit_collector import AuditCollector, AuditRun
-from clusterhealth.checks.audits import CRITICAL, OK, UNKNOWN, WARNING, CheckResult, worst
+from clusterhealth.checks.audits import CheckResult, Status, by_precedence, worst
 from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.exporters.gpu import GpuCollector
 
-STATUS_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
-NPD_EXIT = {OK: 0, WARNING: 0, CRITICAL: 1, UNKNOWN: 2}
+NPD_EXIT = {Status.OK: 0, Status.WARNING: 0, Status.CRITICAL: 1, Status.UNKNOWN: 2}
 # One check run reads the whole kernel log since boot, in bounded steps.
 KERNEL_LOG_MAX_CYCLES = 100
 
@@ -80,47 +79,42 @@ def run_check(
     return NPD_EXIT[status] if exit_codes == "npd" else status
 
 
-def summary_line(results: list[CheckResult], status: int) -> str:
+def summary_line(results: list[CheckResult], status: Status) -> str:
     """One line: the status and the worst problem, as a Slurm drain reason or an NPD message."""
-    problems = sorted((r for r in results if r.status != OK), key=lambda r: -_rank(r.status))
+    problems = by_precedence(r for r in results if r.status != Status.OK)
     if not problems:
         return f"OK: {len(results)} checks passed"
     first = problems[0]
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{STATUS_NAMES[status]}: {first.check} {first.subject}: {first.message}{more}"
+    return f"{status.name}: {first.check} {first.subject}: {first.message}{more}"
 
 
-def _rank(status: int) -> int:
-    return {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}[status]
-
-
-def table(results: list[CheckResult], status: int, show_ok: bool) -> str:
-    rows = [r for r in results if show_ok or r.status != OK]
-    rows.sort(key=lambda r: -_rank(r.status))
+def table(results: list[CheckResult], status: Status, show_ok: bool) -> str:
+    rows = by_precedence(r for r in results if show_ok or r.status != Status.OK)
     lines = []
     if rows:
         width_check = max(len("CHECK"), *(len(r.check) for r in rows))
         width_subject = max(len("SUBJECT"), *(len(r.subject) for r in rows))
         lines.append(f"{'STATUS':<9} {'CHECK':<{width_check}} {'SUBJECT':<{width_subject}} MESSAGE")
         for r in rows:
-            name = STATUS_NAMES[r.status]
+            name = r.status.name
             lines.append(f"{name:<9} {r.check:<{width_check}} {r.subject:<{width_subject}} {r.message}")
         lines.append("")
-    counts = Counter(STATUS_NAMES[r.status].lower() for r in results)
+    counts = Counter(r.status.name.lower() for r in results)
     tally = ", ".join(
         f"{counts[name]} {name}" for name in ("critical", "warning", "unknown", "ok") if counts[name]
     )
-    lines.append(f"clusterhealth check: {STATUS_NAMES[status]} ({tally or 'no checks'})")
+    lines.append(f"clusterhealth check: {status.name} ({tally or 'no checks'})")
     return "\n".join(lines)
 
 
-def _as_json(results: list[CheckResult], status: int) -> dict[str, object]:
+def _as_json(results: list[CheckResult], status: Status) -> dict[str, object]:
     return {
-        "status": STATUS_NAMES[status],
-        "exit_code": status,
+        "status": status.name,
+        "exit_code": int(status),
         "summary": summary_line(results, status),
         "results": [
-            {"check": r.check, "subject": r.subject, "status": STATUS_NAMES[r.status], "message": r.message}
+            {"check": r.check, "subject": r.subject, "status": r.status.name, "message": r.message}
             for r in results
         ],
     }
@@ -133,4 +127,4 @@ def main_check(
         return run_check(config, output, exit_codes, only, show_ok)
     except Exception as err:  # a crashed check is UNKNOWN, never a silent OK
         print(f"UNKNOWN: clusterhealth check failed: {type(err).__name__}: {err}")
-        return NPD_EXIT[UNKNOWN] if exit_codes == "npd" else UNKNOWN
+        return NPD_EXIT[Status.UNKNOWN] if exit_codes == "npd" else Status.UNKNOWN

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from clusterhealth.checks.audits import CheckResult, firmware_inventory, run_audits
+from clusterhealth.checks.audits import CheckResult, Observations, firmware_inventory, run_audits
 from clusterhealth.checks.kernel_watch import SeenEvent
 from clusterhealth.checks.policy import Policy
 from clusterhealth.exporters.gpu import GpuState
@@ -58,12 +58,14 @@ class AuditCollector:
             mtus = None
         results = run_audits(
             self.policy,
-            gpus=gpu.readings if gpu is not None else None,
-            driver_version=gpu.driver_version if gpu is not None else None,
-            rdma=rdma,
-            netdev_mtus=mtus,
-            recent_kernel_events=self._events(),
-            now_boot_seconds=time.monotonic(),
+            Observations.of(
+                gpus=gpu.readings if gpu is not None else None,
+                driver_version=gpu.driver_version if gpu is not None else None,
+                rdma=rdma,
+                netdev_mtus=mtus,
+                kernel_events=self._events(),
+                now_boot_seconds=time.monotonic(),
+            ),
         )
         inventory = firmware_inventory(
             gpu.readings if gpu else None, gpu.driver_version if gpu else None, rdma

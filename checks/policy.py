@@ -21,25 +21,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from clusterhealth.checks.audits import CHECK_NAMES
 from clusterhealth.checks.schema import check_pattern, meta
-
-# The `check` label of every result `checks.audits` produces, in the order it produces them.
-CHECK_NAMES: tuple[str, ...] = (
-    "mtu",
-    "rdma_port_state",
-    "rdma_port_rate",
-    "hca_count",
-    "gpu_count",
-    "hca_firmware",
-    "gpu_driver",
-    "gpu_vbios",
-    "gpu_pcie_link",
-    "hca_pcie_link",
-    "gpu_lost",
-    "gpu_ecc_uncorrectable",
-    "gpu_row_remap",
-    "gpu_xid",
-)
 
 SEVERITIES = ("warning", "critical")
 # Names as drivers/infiniband/core/sysfs.c prints them after "<id>: " in `state` and `phys_state`.

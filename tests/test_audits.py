@@ -21,6 +21,7 @@ from clusterhealth.checks.audits import (
     UNKNOWN,
     WARNING,
     CheckResult,
+    Observations,
     firmware_inventory,
     run_audits,
     worst,
@@ -122,12 +123,14 @@ def audit(
     """run_audits with no hardware unless told: only the sources a test gives produce results."""
     return run_audits(
         policy or Policy(),
-        gpus=gpus,
-        driver_version=driver_version,
-        rdma=rdma,
-        netdev_mtus={} if netdev_mtus is None else netdev_mtus,
-        recent_kernel_events=events,
-        now_boot_seconds=now,
+        Observations.of(
+            gpus=gpus,
+            driver_version=driver_version,
+            rdma=rdma,
+            netdev_mtus={} if netdev_mtus is None else netdev_mtus,
+            kernel_events=events,
+            now_boot_seconds=now,
+        ),
     )
 
 
@@ -573,12 +576,14 @@ FULL = Policy(
 def test_sources_that_could_not_be_read_are_unknown_never_ok() -> None:
     results = run_audits(
         FULL,
-        gpus=None,
-        driver_version=None,
-        rdma=None,
-        netdev_mtus=None,
-        recent_kernel_events=None,
-        now_boot_seconds=NOW,
+        Observations.of(
+            gpus=None,
+            driver_version=None,
+            rdma=None,
+            netdev_mtus=None,
+            kernel_events=None,
+            now_boot_seconds=NOW,
+        ),
     )
     assert [(r.check, r.subject, r.status) for r in results] == [
         ("mtu", "ibp.*", UNKNOWN),
@@ -654,12 +659,14 @@ def test_the_cluster_node_fixture_under_a_full_policy() -> None:
     )
     results = run_audits(
         policy,
-        gpus=healthy_node(gpu6=lost(6)),
-        driver_version="550.90.07",
-        rdma=read_rdma_devices(CLUSTER),
-        netdev_mtus=read_netdev_mtus(CLUSTER),
-        recent_kernel_events=[xid(79, 6, 42)],
-        now_boot_seconds=NOW,
+        Observations.of(
+            gpus=healthy_node(gpu6=lost(6)),
+            driver_version="550.90.07",
+            rdma=read_rdma_devices(CLUSTER),
+            netdev_mtus=read_netdev_mtus(CLUSTER),
+            kernel_events=[xid(79, 6, 42)],
+            now_boot_seconds=NOW,
+        ),
     )
     assert not_ok(results) == [
         ("mtu", "enp170s0f1np1", CRITICAL),

@@ -9,6 +9,7 @@ from prometheus_client import generate_latest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.probing import ProbeRunner, ProbeService
+from clusterhealth.checks.audits import checks_markdown
 
 from .conftest import FIXTURES, GOLDEN, ROOT, run_cli, samples
 
@@ -21,6 +22,10 @@ def test_configuration_reference_is_the_generated_one() -> None:
     assert section == configuration.reference_markdown(), (
         "regenerate with python -m clusterhealth.agent.config"
     )
+
+
+def test_readme_check_table_is_the_check_table() -> None:
+    assert checks_markdown() in README, "paste clusterhealth.checks.audits.checks_markdown() into the README"
 
 
 def _probe_exposition(tmp_path: Path) -> str:
