@@ -20,6 +20,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 import yaml
 from apscheduler.triggers.cron import CronTrigger
 
+from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.policy import Policy
 from clusterhealth.checks.schema import setting
 
@@ -188,9 +189,7 @@ def _check_cron(value: str | None) -> str | None:
 @dataclass(frozen=True)
 class ProbeConfig:
     name: str = setting("", doc="the probe's name: the probe label of its metrics", check=_check_name)
-    kind: str = setting(
-        "nccl-tests", doc="how its output is read", choices=("nccl-tests", "iperf3", "ib_write_bw")
-    )
+    kind: str = setting("nccl-tests", doc="how its output is read", choices=probe_parsers.KINDS)
     argv: tuple[str, ...] = setting(
         (), doc="the command, run without a shell; {peer}, {node} and {gpus} are filled in", check=_check_argv
     )

@@ -24,6 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.agent.config import ProbeConfig, ProbingConfig, parse_bandwidth
+from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.probe_parsers import parse
 from clusterhealth.checks.probes import (
     RESULTS,
@@ -194,8 +195,7 @@ class ProbeService:
         )
         bandwidth = GaugeMetricFamily(
             "clusterhealth_probe_bandwidth_bytes_per_second",
-            "Headline bandwidth of the last completed run: nccl-tests average bus bandwidth, iperf3 "
-            "received, ib_write_bw average.",
+            f"Headline bandwidth of the last completed run, by kind: {probe_parsers.headline_help()}.",
             labels=["probe", "peer"],
         )
         expected = GaugeMetricFamily(

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from clusterhealth.checks.probe_parsers import KINDS, parse
+from clusterhealth.agent.config import ProbeConfig
+from clusterhealth.checks.probe_parsers import KINDS, REGISTRY, headline_help, parse
+
+from .conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ONE_CAPTURE_PER_KIND = {
@@ -19,6 +23,23 @@ ONE_CAPTURE_PER_KIND = {
 
 def test_kinds_are_the_specs() -> None:
     assert KINDS == ("nccl-tests", "iperf3", "ib_write_bw")
+
+
+def test_the_registry_the_config_and_the_command_line_agree() -> None:
+    # One registry: each kind's module declares itself, and the config and `probe parse --kind`
+    # accept exactly the registered kinds.
+    field = next(f for f in dataclasses.fields(ProbeConfig) if f.name == "kind")
+    assert field.metadata["choices"] == KINDS == tuple(REGISTRY)
+    for name, declared in REGISTRY.items():
+        assert declared.name == name
+        assert declared.headline in headline_help()
+    usage = run_cli("probe", "parse", "--kind", "no-such-kind", "-")
+    assert usage.returncode == 2
+    assert "{" + ",".join(KINDS) + "}" in usage.stderr
+    for name in KINDS:
+        from_file = run_cli("probe", "parse", "--kind", name, str(ONE_CAPTURE_PER_KIND[name]))
+        assert from_file.returncode == 0, from_file.stderr
+        assert json.loads(from_file.stdout)["kind"] == name
 
 
 @pytest.mark.parametrize("kind", ["", "nccl_tests", "iperf", "IB_WRITE_BW", "ib_read_bw"])

@@ -1,51 +1,47 @@
 """Pure parsers for fabric-probe outputs: text in, frozen records out, no I/O.
 
-``parse(kind, text)`` is the entry point ``clusterhealth probe parse --kind KIND FILE`` needs; each
-result has ``to_dict()`` (JSON-serializable), a ``verdict`` and a headline
-``bandwidth_bytes_per_second`` for ``clusterhealth_probe_bandwidth_bytes_per_second``.
+Each module declares its kind (`KIND`: name, parser, unit, headline figure, exit-code meanings);
+`REGISTRY` below maps kind names to those declarations, and everything that depends on the kind
+(the config's accepted kinds, `clusterhealth probe parse --kind`, the evaluation's reasons, the
+metrics' HELP) reads it from there. A new kind is one module and one line in `REGISTRY`
+(docs/adding-a-probe-kind.md).
+
+``parse(kind, text)`` returns a result with ``to_dict()`` (JSON-serializable), a ``verdict`` and a
+headline ``bandwidth_bytes_per_second`` for ``clusterhealth_probe_bandwidth_bytes_per_second``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from clusterhealth.checks.probe_parsers import ib_write_bw, iperf3, nccl_tests
+from clusterhealth.checks.probe_parsers._common import ProbeKind, ProbeParse, Verdict
 
-from clusterhealth.checks.probe_parsers._common import ProbeParse, Verdict
-from clusterhealth.checks.probe_parsers.ib_write_bw import IbWriteBwResult, parse_ib_write_bw
-from clusterhealth.checks.probe_parsers.iperf3 import Iperf3Result, parse_iperf3
-from clusterhealth.checks.probe_parsers.nccl_tests import (
-    NcclTestsResult,
-    exit_code_meaning,
-    parse_nccl_tests,
-)
-
-KINDS = ("nccl-tests", "iperf3", "ib_write_bw")
-
-_PARSERS: dict[str, Callable[[str], ProbeParse]] = {
-    "nccl-tests": parse_nccl_tests,
-    "iperf3": parse_iperf3,
-    "ib_write_bw": parse_ib_write_bw,
+REGISTRY: dict[str, ProbeKind] = {
+    kind.name: kind
+    for kind in (
+        nccl_tests.KIND,
+        iperf3.KIND,
+        ib_write_bw.KIND,
+    )
 }
+KINDS = tuple(REGISTRY)
 
 
-def parse(kind: str, text: str) -> ProbeParse:
-    """Parse one saved probe output. An unknown kind raises ValueError; bad text never raises."""
+def kind(name: str) -> ProbeKind:
+    """The declaration of kind `name`; ValueError naming the known kinds otherwise."""
     try:
-        parser = _PARSERS[kind]
+        return REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown probe output kind {kind!r}; expected one of {', '.join(KINDS)}") from None
-    return parser(text)
+        raise ValueError(f"unknown probe output kind {name!r}; expected one of {', '.join(KINDS)}") from None
 
 
-__all__ = [
-    "KINDS",
-    "IbWriteBwResult",
-    "Iperf3Result",
-    "NcclTestsResult",
-    "ProbeParse",
-    "Verdict",
-    "exit_code_meaning",
-    "parse",
-    "parse_ib_write_bw",
-    "parse_iperf3",
-    "parse_nccl_tests",
-]
+def parse(name: str, text: str) -> ProbeParse:
+    """Parse one saved probe output. An unknown kind raises ValueError; bad text never raises."""
+    return kind(name).parse(text)
+
+
+def headline_help() -> str:
+    """What the headline bandwidth is for each kind, for the metrics' HELP."""
+    return "; ".join(f"{k.name}: {k.headline}" for k in REGISTRY.values())
+
+
+__all__ = ["KINDS", "REGISTRY", "ProbeKind", "ProbeParse", "Verdict", "headline_help", "kind", "parse"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 # ok: the run finished and its own checks passed.
@@ -27,7 +29,41 @@ class ProbeParse(Protocol):
     @property
     def peak_bandwidth_bytes_per_second(self) -> float | None: ...
 
+    @property
+    def wrong_values(self) -> int | None:
+        """Elements the tool found wrong (nccl-tests `#wrong`); None for tools that do not check."""
+        ...
+
+    @property
+    def problem(self) -> str | None:
+        """What the output says went wrong, in a few words, for the reason of a failed run."""
+        ...
+
     def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """What a probe kind declares about itself: how its output is read, the unit its users read
+    bandwidth in, what its headline figure is, and what its exit codes mean.
+
+    Each parser module declares one as `KIND`; the registry in `__init__` lists them, and the
+    config's accepted kinds, the evaluation's reasons and the metrics' HELP derive from it.
+    """
+
+    name: str
+    parse: Callable[[str], ProbeParse]
+    # The unit the tool prints and its users think in, for reasons: "GB/s" (bytes) or "Gbit/s".
+    unit: Literal["GB/s", "Gbit/s"]
+    # What `bandwidth_bytes_per_second` is, for the HELP of clusterhealth_probe_bandwidth_*.
+    headline: str
+    # What a non-zero exit code means beyond "exited N"; None when the tool's codes say no more.
+    exit_code_meaning: Callable[[int], str] | None = None
+
+    def rate(self, bytes_per_second: float) -> str:
+        if self.unit == "Gbit/s":
+            return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
+        return f"{bytes_per_second / 1e9:.2f} GB/s"
 
 
 def finite_or_none(value: float | None) -> float | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from clusterhealth.checks.probe_parsers._common import Verdict, parse_float, parse_int
+from clusterhealth.checks.probe_parsers._common import ProbeKind, Verdict, parse_float, parse_int
 
 MEBIBYTE = 0x100000
 GIGABIT_IN_BYTES = 125_000_000
@@ -132,6 +132,14 @@ class IbWriteBwResult:
         row = self.headline_row
         return None if row is None else row.peak_bytes_per_second
 
+    @property
+    def wrong_values(self) -> int | None:
+        return None
+
+    @property
+    def problem(self) -> str | None:
+        return self.errors[0] if self.errors else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": "ib_write_bw",
@@ -227,3 +235,11 @@ def _row(tokens: list[str], unit_bytes: int, qos: bool) -> BandwidthRow | None:
         msg_rate_mpps=msg_rate,
         unit_bytes=unit_bytes,
     )
+
+
+KIND = ProbeKind(
+    name="ib_write_bw",
+    parse=parse_ib_write_bw,
+    unit="Gbit/s",
+    headline="average bandwidth at the largest message size",
+)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from clusterhealth.checks.probe_parsers._common import Verdict, finite_or_none
+from clusterhealth.checks.probe_parsers._common import ProbeKind, Verdict, finite_or_none
 
 BITS_PER_BYTE = 8
 
@@ -49,6 +49,14 @@ class Iperf3Result:
         # The per-interval figures are the client's view (sender, or receiver under -R), so their
         # maximum is not comparable across runs.
         return None
+
+    @property
+    def wrong_values(self) -> int | None:
+        return None
+
+    @property
+    def problem(self) -> str | None:
+        return self.errors[0] if self.errors else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,3 +180,8 @@ def _float(value: object) -> float | None:
 def _bytes_per_second(bits_per_second: object) -> float | None:
     bits = _float(bits_per_second)
     return None if bits is None else bits / BITS_PER_BYTE
+
+
+KIND = ProbeKind(
+    name="iperf3", parse=parse_iperf3, unit="Gbit/s", headline="received throughput (end.sum_received)"
+)

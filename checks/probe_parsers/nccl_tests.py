@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from clusterhealth.checks.probe_parsers._common import Verdict, finite_or_none, parse_float, parse_int
+from clusterhealth.checks.probe_parsers._common import (
+    ProbeKind,
+    Verdict,
+    finite_or_none,
+    parse_float,
+    parse_int,
+)
 
 # nccl-tests computes bandwidth as bytes / 1.0E9 / seconds (src/all_reduce.cu, AllReduceGetBw).
 BYTES_PER_GB = 1e9
@@ -199,12 +205,30 @@ class NcclTestsResult:
 
     @property
     def bandwidth_bytes_per_second(self) -> float | None:
-        return None if self.avg_bus_bandwidth_gbps is None else self.avg_bus_bandwidth_gbps * BYTES_PER_GB
+        """The headline: the bus bandwidth at the large sizes (`peak_bus_bandwidth_gbps`), which a
+        slow link moves as much as it moves the fabric; not the footer's average over all sizes."""
+        peak = self.peak_bus_bandwidth_gbps
+        return None if peak is None else peak * BYTES_PER_GB
 
     @property
     def peak_bandwidth_bytes_per_second(self) -> float | None:
-        peak = self.peak_bus_bandwidth_gbps
-        return None if peak is None else peak * BYTES_PER_GB
+        return self.bandwidth_bytes_per_second
+
+    @property
+    def wrong_values(self) -> int | None:
+        return self.wrong_values_total
+
+    @property
+    def problem(self) -> str | None:
+        if self.verdict == "wrong_results":
+            found = []
+            if wrong := self.wrong_values_total:
+                found.append(f"{wrong} wrong values")
+            if self.out_of_bounds:
+                found.append(f"{self.out_of_bounds} out-of-bounds tests")
+            if found:
+                return ", ".join(found)
+        return self.errors[0] if self.errors else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -610,3 +634,12 @@ def _json_placement(value: object) -> Placement | None:
         busbw_gbps=_json_number(value.get("bus_bw")),
         wrong=None if wrong is None else int(wrong),
     )
+
+
+KIND = ProbeKind(
+    name="nccl-tests",
+    parse=parse_nccl_tests,
+    unit="GB/s",
+    headline="bus bandwidth at the large message sizes (those within 1/4 of the largest)",
+    exit_code_meaning=exit_code_meaning,
+)

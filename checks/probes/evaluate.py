@@ -22,16 +22,12 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from clusterhealth.checks.probe_parsers import ProbeParse, exit_code_meaning
-from clusterhealth.checks.probe_parsers.nccl_tests import NcclTestsResult
+from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.probe_parsers import ProbeKind, ProbeParse
 from clusterhealth.checks.probes.runner import RunResult
 
 ProbeResult = Literal["ok", "degraded", "failed", "timeout", "skipped"]
 RESULTS: tuple[ProbeResult, ...] = ("ok", "degraded", "failed", "timeout", "skipped")
-
-# Tools that report bandwidth in bits (iperf3, ib_write_bw --report_gbits) are read in Gbit/s by
-# their users; nccl-tests prints GB/s. Reasons use the unit the operator knows from the tool.
-_GBITS_KINDS = frozenset({"iperf3", "ib_write_bw"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +54,9 @@ class ProbeOutcome:
         }
 
 
+_UNPARSED = ProbeKind(name="command", parse=probe_parsers.parse, unit="GB/s", headline="none")
+
+
 def skipped(reason: str) -> ProbeOutcome:
     return ProbeOutcome(result="skipped", reason=reason)
 
@@ -77,8 +76,12 @@ def evaluate(
     ):
         raise ValueError(f"expected bandwidth must be a positive number, got {expected_bytes_per_second}")
 
+    # Reasons give rates in the unit the operator knows from the tool (its declaration says which);
+    # a probe whose output is not parsed has no declaration and is read in bytes.
+    declared = probe_parsers.REGISTRY.get(kind, _UNPARSED)
+    rate = declared.rate
     bandwidth = parse.bandwidth_bytes_per_second if parse is not None else None
-    wrong = parse.wrong_values_total if isinstance(parse, NcclTestsResult) else None
+    wrong = parse.wrong_values if parse is not None else None
 
     def outcome(result: ProbeResult, reason: str) -> ProbeOutcome:
         return ProbeOutcome(result, reason, bandwidth, expected_bytes_per_second, wrong)
@@ -92,22 +95,20 @@ def evaluate(
         return outcome("failed", run.error)
     name = _name(kind, run)
     if run.exit_code != 0:
-        return outcome("failed", _with_detail(_exit_reason(name, kind, run), parse))
+        return outcome("failed", _with_detail(_exit_reason(name, declared, run), parse))
     if parse is not None and parse.verdict != "ok":
         return outcome("failed", _with_detail(_verdict_reason(name, parse), parse))
     if expected_bytes_per_second is None:
-        figure = "" if bandwidth is None else f": {_rate(kind, bandwidth)}"
+        figure = "" if bandwidth is None else f": {rate(bandwidth)}"
         return outcome("ok", f"{name} finished{figure}, no expected bandwidth to compare with yet")
     if bandwidth is None:
         return outcome(
             "failed",
             f"{name} finished but its output holds no bandwidth figure to compare with the expected "
-            f"{_rate(kind, expected_bytes_per_second)}",
+            f"{rate(expected_bytes_per_second)}",
         )
     ratio = bandwidth / expected_bytes_per_second
-    comparison = (
-        f"{_rate(kind, bandwidth)} is {ratio:.0%} of the expected {_rate(kind, expected_bytes_per_second)}"
-    )
+    comparison = f"{rate(bandwidth)} is {ratio:.0%} of the expected {rate(expected_bytes_per_second)}"
     if bandwidth < degraded_fraction * expected_bytes_per_second:
         return outcome("degraded", f"{comparison}, below the {degraded_fraction:.0%} threshold")
     return outcome("ok", comparison)
@@ -117,12 +118,12 @@ def _name(kind: str, run: RunResult) -> str:
     return run.argv[0].rsplit("/", 1)[-1] if run.argv else kind
 
 
-def _exit_reason(name: str, kind: str, run: RunResult) -> str:
+def _exit_reason(name: str, kind: ProbeKind, run: RunResult) -> str:
     if run.signal is not None:
         return f"{name} was killed by {run.signal_name}"
     assert run.exit_code is not None
-    if kind == "nccl-tests":
-        return f"{name} exited {run.exit_code}: {exit_code_meaning(run.exit_code)}"
+    if kind.exit_code_meaning is not None:
+        return f"{name} exited {run.exit_code}: {kind.exit_code_meaning(run.exit_code)}"
     return f"{name} exited {run.exit_code}"
 
 
@@ -135,21 +136,6 @@ def _verdict_reason(name: str, parse: ProbeParse) -> str:
 
 
 def _with_detail(reason: str, parse: ProbeParse | None) -> str:
-    """The reason, with what the output says: the wrong-value count, or the first error line."""
-    if isinstance(parse, NcclTestsResult) and parse.verdict == "wrong_results":
-        found = []
-        if wrong := parse.wrong_values_total:
-            found.append(f"{wrong} wrong values")
-        if parse.out_of_bounds:
-            found.append(f"{parse.out_of_bounds} out-of-bounds tests")
-        if found:
-            return f"{reason} ({', '.join(found)})"
-    if parse is None or not parse.errors:
-        return reason
-    return f"{reason} ({parse.errors[0]})"
-
-
-def _rate(kind: str, bytes_per_second: float) -> str:
-    if kind in _GBITS_KINDS:
-        return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
-    return f"{bytes_per_second / 1e9:.2f} GB/s"
+    """The reason, with what the output says went wrong (wrong values, the first error line)."""
+    problem = parse.problem if parse is not None else None
+    return f"{reason} ({problem})" if problem else reason
