@@ -61,9 +61,13 @@ class ProbeKind:
     exit_code_meaning: Callable[[int], str] | None = None
 
     def rate(self, bytes_per_second: float) -> str:
-        if self.unit == "Gbit/s":
-            return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
-        return f"{bytes_per_second / 1e9:.2f} GB/s"
+        return format_rate(bytes_per_second, self.unit)
+
+
+def format_rate(bytes_per_second: float, unit: Literal["GB/s", "Gbit/s"]) -> str:
+    if unit == "Gbit/s":
+        return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
+    return f"{bytes_per_second / 1e9:.2f} GB/s"
 
 
 def finite_or_none(value: float | None) -> float | None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.probe_parsers import ProbeKind, ProbeParse
+from clusterhealth.checks.probe_parsers._common import format_rate
 from clusterhealth.checks.probes.runner import RunResult
 
 ProbeResult = Literal["ok", "degraded", "failed", "timeout", "skipped"]
@@ -54,9 +55,6 @@ class ProbeOutcome:
         }
 
 
-_UNPARSED = ProbeKind(name="command", parse=probe_parsers.parse, unit="GB/s", headline="none")
-
-
 def skipped(reason: str) -> ProbeOutcome:
     return ProbeOutcome(result="skipped", reason=reason)
 
@@ -78,8 +76,12 @@ def evaluate(
 
     # Reasons give rates in the unit the operator knows from the tool (its declaration says which);
     # a probe whose output is not parsed has no declaration and is read in bytes.
-    declared = probe_parsers.REGISTRY.get(kind, _UNPARSED)
-    rate = declared.rate
+    declared = probe_parsers.REGISTRY.get(kind)
+    unit: Literal["GB/s", "Gbit/s"] = declared.unit if declared is not None else "GB/s"
+
+    def rate(bytes_per_second: float) -> str:
+        return format_rate(bytes_per_second, unit)
+
     bandwidth = parse.bandwidth_bytes_per_second if parse is not None else None
     wrong = parse.wrong_values if parse is not None else None
 
@@ -118,11 +120,11 @@ def _name(kind: str, run: RunResult) -> str:
     return run.argv[0].rsplit("/", 1)[-1] if run.argv else kind
 
 
-def _exit_reason(name: str, kind: ProbeKind, run: RunResult) -> str:
+def _exit_reason(name: str, kind: ProbeKind | None, run: RunResult) -> str:
     if run.signal is not None:
         return f"{name} was killed by {run.signal_name}"
     assert run.exit_code is not None
-    if kind.exit_code_meaning is not None:
+    if kind is not None and kind.exit_code_meaning is not None:
         return f"{name} exited {run.exit_code}: {kind.exit_code_meaning(run.exit_code)}"
     return f"{name} exited {run.exit_code}"
 
