@@ -7,61 +7,34 @@ node-problem-detector's custom plugins read 0 as OK, 1 as a problem and anything
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
+from clusterhealth.agent import collectors
 from clusterhealth.agent import config as configuration
-from clusterhealth.agent.daemon import Node
 from clusterhealth.checks.audit_collector import AuditCollector, AuditRun
 from clusterhealth.checks.audits import CheckResult, Status, by_precedence, worst
-from clusterhealth.checks.kernel_watch import KernelLogCollector
-from clusterhealth.exporters.gpu import GpuCollector
 
 NPD_EXIT = {Status.OK: 0, Status.WARNING: 0, Status.CRITICAL: 1, Status.UNKNOWN: 2}
-# One check run reads the whole kernel log since boot, in bounded steps.
-KERNEL_LOG_MAX_CYCLES = 100
 
 
 def collect_once(config: configuration.Config) -> AuditRun:
-    node = Node.create(config)
+    """The audit once, after what it reads (GPUs, kernel log) was collected once, each collector
+    bounded by its timeout: a hung NVML call gives UNKNOWN GPU checks in time, not a hung check."""
+    # `check` runs the audits even where the agent's audit collector is switched off.
+    audit = dataclasses.replace(config.collectors.audit, enabled=True)
+    config = dataclasses.replace(config, collectors=dataclasses.replace(config.collectors, audit=audit))
+    node, samplers = collectors.collect_once(config, only=("audit",))
     try:
-        node.drain_waiting_xid_events(config)
-        if config.collectors.gpu.enabled:
-            node.gpu_collector = GpuCollector(node.session, gpm=False)
-            # A failure leaves its latest state None: the checks that need GPUs say UNKNOWN and why.
-            with contextlib.suppress(Exception):
-                node.gpu_collector.collect()
-        if config.collectors.kernel_log.enabled:
-            node.kernel_log = KernelLogCollector(
-                config.paths.kmsg,
-                node.ledger,
-                node.session.gpu_bus_ids,
-                start="boot",
-                max_records_per_cycle=config.collectors.kernel_log.max_records_per_cycle,
-            )
-            _read_to_the_end(node.kernel_log)
-        audit = AuditCollector(
-            config.policy,
-            Path(config.paths.sysfs),
-            lambda: node.gpu_state(config),
-            lambda: node.recent_events(config),
-        )
-        return audit.run()
+        (sampler,) = [s for s in samplers if s.name == "audit"]
+        assert isinstance(sampler.collector, AuditCollector)
+        if sampler.collector.last is None:
+            raise RuntimeError(f"the audit did not run: {sampler.status().reason}")
+        return sampler.collector.last
     finally:
         node.close()
-
-
-def _read_to_the_end(watcher: KernelLogCollector) -> None:
-    """The whole kernel log since boot, in bounded steps; an unreadable log marks the watcher."""
-    with contextlib.suppress(OSError):
-        for _ in range(KERNEL_LOG_MAX_CYCLES):
-            before = watcher.records_read
-            watcher.collect()
-            if watcher.records_read == before:
-                return
 
 
 def run_check(

@@ -159,7 +159,7 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 
 
 def _probe_run(args: argparse.Namespace) -> int:
-    from clusterhealth.agent.daemon import Node
+    from clusterhealth.agent.node import Node
     from clusterhealth.agent.probing import ProbeRunner
 
     config, _ = load_config(args)
@@ -169,7 +169,7 @@ def _probe_run(args: argparse.Namespace) -> int:
         known = ", ".join(p.name for p in config.probes) or "none configured"
         print(f"clusterhealth: no probe named {args.name!r} (probes: {known})", file=sys.stderr)
         return EXIT_CONFIG
-    node = Node.create(config)
+    node = Node(config, one_shot=True)
     try:
         session = node.session if config.collectors.gpu.enabled else None
         runs = ProbeRunner(config.probing, session).run(probe)

@@ -136,6 +136,29 @@ class AuditConfig:
     )
 
 
+@dataclass(frozen=True)
+class XidConfig:
+    enabled: bool = setting(
+        True,
+        doc="export clusterhealth_gpu_xid_errors_total, counted once from NVML events and the kernel log",
+    )
+    interval_seconds: float = setting(
+        5.0, doc="how often the counts are exported (they are kept in memory)", min=0.5, max=3600
+    )
+    timeout_seconds: float = setting(30.0, doc="a run that lasts longer is reported hung", min=1, max=3600)
+
+
+@dataclass(frozen=True)
+class ProbesCollectorConfig:
+    enabled: bool = setting(True, doc="schedule the configured probes and export their results")
+    interval_seconds: float = setting(
+        2.0, doc="how often the probes' latest results are exported", min=0.5, max=3600
+    )
+    timeout_seconds: float = setting(
+        10.0, doc="an export that lasts longer is reported hung", min=1, max=3600
+    )
+
+
 _BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(GB/s|Gb/s|MB/s|Mb/s|TB/s|Tb/s)\s*")
 _BANDWIDTH_FACTORS = {
     "TB/s": 1e12,
@@ -268,6 +291,10 @@ class CollectorsConfig:
     kernel_log: KernelLogConfig = setting(default_factory=KernelLogConfig, doc="the kernel-log watcher")
     rdma: RdmaConfig = setting(default_factory=RdmaConfig, doc="the RDMA and network exporter")
     audit: AuditConfig = setting(default_factory=AuditConfig, doc="the node audits")
+    xid: XidConfig = setting(default_factory=XidConfig, doc="the Xid counter (NVML events and kernel log)")
+    probes: ProbesCollectorConfig = setting(
+        default_factory=ProbesCollectorConfig, doc="the fabric probes' schedule and results"
+    )
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from clusterhealth.checks.probes import (
     skipped,
     template,
 )
-from clusterhealth.exporters.nvml import NvmlSession
+from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
 
 log = logging.getLogger("clusterhealth.probes")
 
@@ -118,7 +118,10 @@ class ProbeRunner:
             return str(self._gpu_count)
         if self._session is None:
             return "0"
-        return str(len(self._session.gpu_bus_ids()))
+        try:
+            return str(len(self._session.devices()))
+        except (NvmlUnavailable, GpuGone):
+            return "0"
 
 
 @dataclass
@@ -156,7 +159,7 @@ class ProbeService:
             for job in self.scheduler.get_jobs():
                 log.info("probe %s scheduled, next run at %s", job.id, job.next_run_time)
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
@@ -183,7 +186,7 @@ class ProbeService:
             labels=["probe"],
         )
         runs = CounterMetricFamily(
-            "clusterhealth_probe_runs", "Probe runs by result.", labels=["probe", "result"]
+            "clusterhealth_probe_runs_total", "Probe runs by result.", labels=["probe", "result"]
         )
         last_run = GaugeMetricFamily(
             "clusterhealth_probe_last_run_timestamp_seconds",

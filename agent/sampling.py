@@ -4,6 +4,14 @@ A scrape never calls a collector. It serializes the latest snapshot, so a slow o
 delays only the next snapshot, never `/metrics`. A run that has lasted longer than the
 collector's timeout is reported as hung: its success drops to 0 and its stale series are withheld
 until it returns, so nobody reads a dead GPU's last temperature as current.
+
+A sampler lives as long as the agent, one per collector name: a reload hands it a new collector or
+new settings, which it takes up between runs. So a run hung in a driver call keeps the one thread
+it already holds, however many times the agent reloads, and /healthz keeps counting its age.
+
+A collector may wait for others (`after`): its first run starts once each of them has finished
+one (or hung past its timeout), because it reads what they publish. That order is stated, not left
+to start delays or list order.
 """
 
 from __future__ import annotations
@@ -13,10 +21,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import Metric
 
-from clusterhealth.exporters.base import Collector, NoData
+from clusterhealth.exporters.base import Collector, CollectorFailed, NoData
 
 log = logging.getLogger("clusterhealth.sampler")
 
@@ -60,63 +69,139 @@ class Sampler:
         interval: float,
         timeout: float,
         on_snapshot: Callable[[], None] = lambda: None,
-        start_delay: float = 0.0,
+        after: Sequence[Sampler] = (),
     ):
         self.collector = collector
         self.name = collector.name
         self.interval, self.timeout = interval, timeout
+        self.after = tuple(after)
         self._on_snapshot = on_snapshot
-        self.start_delay = start_delay
         self._snapshot: Snapshot | None = None
         self._running_since: float | None = None
         self._generation = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._settled = threading.Event()  # a first run finished (or the sampler was stopped)
         self._thread: threading.Thread | None = None
         self._last_error: str | None = None
+        self._retired: list[Collector] = []  # replaced collectors, closed between runs
+        self._lock = threading.Lock()
         self.last_success_at: float | None = None  # wall clock
         self.last_success_monotonic: float | None = None
 
     # -- running -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.name}", daemon=True)
-        self._thread.start()
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, wait: float = 2.0) -> None:
-        """Ask the loop to end; a hung collector cannot be interrupted, so do not wait forever."""
+    def start(self) -> None:
+        """Start the loop (again, after `stop`: a thread still in a hung run is reused)."""
+        self._stop.clear()
+        if not self.alive:
+            _start(self.collector)
+            self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.name}", daemon=True)
+            self._thread.start()
+
+    def reconfigure(
+        self,
+        collector: Collector,
+        interval: float,
+        timeout: float,
+        after: Sequence[Sampler] = (),
+    ) -> None:
+        """Take up new settings and, if it is another one, a new collector, from the next run on.
+
+        The replaced collector is closed once its current run (if any) has returned, on the
+        sampler's own thread, so it is never closed under a run.
+        """
+        with self._lock:
+            if collector is not self.collector:
+                self._retired.append(self.collector)
+                self.collector = collector
+                _start(collector)
+            self.interval, self.timeout, self.after = interval, timeout, tuple(after)
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the loop to end; a hung collector cannot be interrupted, so nobody waits for it."""
         self._stop.set()
+        self._wake.set()
+        self._settled.set()
+
+    def join(self, deadline: float) -> None:
+        """Wait for the loop to end, until `deadline` (time.monotonic()); then close the collectors."""
         if self._thread is not None:
-            self._thread.join(wait)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        if not self.alive:
+            self._close_retired()
+            _close(self.collector)
 
     def _loop(self) -> None:
-        if self._stop.wait(self.start_delay):
+        if not self._wait_for_dependencies():
             return
-        next_run = time.monotonic()
         while not self._stop.is_set():
+            started = time.monotonic()
             self.run_once()
-            next_run += self.interval
-            now = time.monotonic()
-            if next_run < now:  # a run overran: skip the missed cycles instead of bunching them up
-                next_run = now + self.interval
-            self._stop.wait(next_run - now)
+            self._close_retired()
+            while not self._stop.is_set():
+                remaining = started + self.interval - time.monotonic()
+                if remaining <= 0:
+                    break
+                # A reconfiguration wakes the loop so that a shorter interval applies at once.
+                self._wake.wait(remaining)
+                self._wake.clear()
 
-    def run_once(self) -> Snapshot:
+    def _wait_for_dependencies(self) -> bool:
+        """Wait until every collector this one reads from has finished a first run, or hung past
+        its timeout; False if the sampler was stopped meanwhile."""
+        for dependency in self.after:
+            deadline = time.monotonic() + dependency.timeout
+            while not dependency.settled(deadline):
+                if self._stop.wait(0.05):
+                    return False
+        return not self._stop.is_set()
+
+    def settled(self, deadline: float | None = None) -> bool:
+        """A first run has finished, or (given a deadline) the deadline passed while it runs."""
+        return self._settled.is_set() or (deadline is not None and time.monotonic() >= deadline)
+
+    def run_once(self, timeout: float | None = None) -> Snapshot:
+        """One run of the collector. With a timeout (one-shot commands), a run still going after
+        it is abandoned and reported as hung, so the command answers within its timeouts."""
+        if timeout is None:
+            return self._run()
+        finished = threading.Event()
+
+        def work() -> None:
+            self._run()
+            finished.set()
+
+        threading.Thread(target=work, name=f"once-{self.name}", daemon=True).start()
+        if not finished.wait(timeout):
+            self._settled.set()
+            return Snapshot((), False, timeout, time.time(), time.monotonic(), self.status().reason, 0)
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def _run(self) -> Snapshot:
+        collector = self.collector
         start_wall, start = time.time(), time.monotonic()
         self._running_since = start
         error: str | None = None
         families: Sequence[Metric] = ()
         try:
-            families = list(self.collector.collect())
+            families = list(collector.collect())
         except NoData as err:
             if self._last_error != f"nodata:{err}":
                 log.debug("collector %s found nothing to read: %s", self.name, err)
             self._last_error = f"nodata:{err}"
+        except CollectorFailed as err:
+            error, families = str(err), list(err.families)
+            self._note_failure(error)
         except Exception as err:  # a collector's failure must never stop the agent
             error = f"{type(err).__name__}: {err}" if not str(err) else str(err)
-            if error != self._last_error:
-                log.error("collector %s failed: %s", self.name, error)
-            self._last_error = error
+            self._note_failure(error)
         else:
             if self._last_error is not None and not self._last_error.startswith("nodata:"):
                 log.info("collector %s recovered", self.name)
@@ -148,8 +233,20 @@ class Sampler:
         if snapshot.success:
             self.last_success_at, self.last_success_monotonic = snapshot.finished_at, end
         self._running_since = None
+        self._settled.set()
         self._on_snapshot()
         return snapshot
+
+    def _note_failure(self, error: str) -> None:
+        if error != self._last_error:
+            log.error("collector %s failed: %s", self.name, error)
+        self._last_error = error
+
+    def _close_retired(self) -> None:
+        with self._lock:
+            retired, self._retired = self._retired, []
+        for collector in retired:
+            _close(collector)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -170,3 +267,19 @@ class Sampler:
         if not snapshot.success:
             return Status(self.name, False, snapshot.error, snapshot, snapshot.families)
         return Status(self.name, True, None, snapshot, snapshot.families)
+
+
+def _start(collector: Any) -> None:
+    start = getattr(collector, "start", None)
+    if start is not None:
+        start()
+
+
+def _close(collector: Any) -> None:
+    close = getattr(collector, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception as err:  # closing must not take the agent down either
+        log.warning("closing collector %s failed: %s", getattr(collector, "name", "?"), err)

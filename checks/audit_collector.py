@@ -23,9 +23,6 @@ from clusterhealth.exporters.netdev import read_netdev_mtus
 
 log = logging.getLogger("clusterhealth.audit")
 
-# What the audits are told when GPUs are not to be looked at (gpu collector disabled): none.
-NO_GPUS = GpuState((), None)
-
 
 @dataclass(frozen=True)
 class AuditRun:
@@ -41,15 +38,17 @@ class AuditCollector:
         self,
         policy: Policy,
         sysfs_root: Path,
-        gpu_state: Callable[[], GpuState | None],
-        events: Callable[[], Sequence[SeenEvent] | None],
+        gpu_state: Callable[[], tuple[GpuState | None, str]],
+        events: Callable[[], tuple[Sequence[SeenEvent] | None, str]],
     ):
+        """`gpu_state` and `events` give what the collectors published, or None and why not."""
         self.policy, self.sysfs_root = policy, sysfs_root
         self._gpu_state, self._events = gpu_state, events
         self.last: AuditRun | None = None
 
     def run(self) -> AuditRun:
-        gpu = self._gpu_state()
+        gpu, gpus_unreadable = self._gpu_state()
+        events, events_unreadable = self._events()
         rdma = self._rdma()
         try:
             mtus: dict[str, int] | None = read_netdev_mtus(self.sysfs_root)
@@ -63,8 +62,10 @@ class AuditCollector:
                 driver_version=gpu.driver_version if gpu is not None else None,
                 rdma=rdma,
                 netdev_mtus=mtus,
-                kernel_events=self._events(),
+                kernel_events=events,
                 now_boot_seconds=time.monotonic(),
+                gpus_unreadable=gpus_unreadable,
+                kernel_events_unreadable=events_unreadable,
             ),
         )
         inventory = firmware_inventory(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +28,8 @@ log = logging.getLogger("clusterhealth.kernel_log")
 
 XID_FELL_OFF_THE_BUS = 79
 # Every kind is exported from the start at 0, so that increase() sees the first event.
+# A one-shot `check` or `scrape` reads at most this many cycles' worth of records.
+CATCH_UP_CYCLES = 100
 EVENT_KINDS = ("sxid", "pcie_aer_corrected", "pcie_aer_uncorrected", "mlx5", "mce", "thermal")
 
 
@@ -57,15 +59,23 @@ class KernelLogCollector:
         start: Literal["boot", "now"] = "boot",
         max_records_per_cycle: int = 20_000,
         keep_recent: int = 200,
+        catch_up: bool = False,
+        publish: Callable[[Sequence[SeenEvent] | None, str | None], None] = lambda events, why: None,
     ):
-        self.path, self.ledger, self.start = path, ledger, start
+        self.path, self.ledger, self.read_from = path, ledger, start
+        # After each cycle, the events kept for the checks, or None and why the log is unreadable.
+        self._publish = publish
         self._gpu_index_of_bus = gpu_index_of_bus
         self.max_records_per_cycle = max_records_per_cycle
         self._reader: KmsgReader | None = None
         self.events: Counter[str] = Counter(dict.fromkeys(EVENT_KINDS, 0))
         self.records_read = 0
         self.recent: deque[SeenEvent] = deque(maxlen=keep_recent)
-        self.readable: bool | None = None  # None until the first attempt to open the log
+        # None until the first attempt to read the log; False while it cannot be opened or read.
+        self.readable: bool | None = None
+        self.problem: str | None = None  # why it cannot be read
+        # One-shot commands read everything waiting, in bounded cycles, instead of one cycle's worth.
+        self.cycles_per_collect = CATCH_UP_CYCLES if catch_up else 1
 
     def close(self) -> None:
         if self._reader is not None:
@@ -73,24 +83,35 @@ class KernelLogCollector:
             self._reader = None
 
     def collect(self) -> list[Metric]:
+        # An unreadable log raises: the collector reports failure, the checks that need the log
+        # say UNKNOWN (`readable`), and the agent goes on.
+        try:
+            for _ in range(self.cycles_per_collect):
+                if not self._read_cycle():
+                    break
+        except OSError as err:
+            # The reader, if open, keeps its position: reopening from boot would count events twice.
+            self.readable, self.problem = False, f"the kernel log {self.path} could not be read ({err})"
+            self._publish(None, self.problem)
+            raise
+        self.readable, self.problem = True, None
+        self._publish(tuple(self.recent), None)
+        return self._families()
+
+    def _read_cycle(self) -> bool:
+        """Read up to max_records_per_cycle records; False once nothing more is waiting."""
         if self._reader is None:
-            # An unreadable device raises here: the collector reports failure, the agent goes on.
-            try:
-                self._reader = KmsgReader(self.path, self.start)
-            except OSError:
-                self.readable = False
-                raise
-            self.readable = True
+            self._reader = KmsgReader(self.path, self.read_from)
         budget = self.max_records_per_cycle
         while budget > 0:
             records = self._reader.read_available(min(budget, 1000))
             if not records:
-                break
+                return False
             budget -= len(records)
             self.records_read += len(records)
             for record in records:
                 self._handle(record)
-        return self._families()
+        return True
 
     def _handle(self, record: KmsgRecord) -> None:
         event = parse_line(record.message)
@@ -126,7 +147,7 @@ class KernelLogCollector:
 
     def _families(self) -> list[Metric]:
         events = CounterMetricFamily(
-            "clusterhealth_kernel_events",
+            "clusterhealth_kernel_events_total",
             "Hardware events in the kernel log; Xid errors count in clusterhealth_gpu_xid_errors_total.",
             labels=["event"],
         )
@@ -136,11 +157,11 @@ class KernelLogCollector:
         reader = self._reader
         if reader is not None:
             lost = CounterMetricFamily(
-                "clusterhealth_kernel_log_lost_records",
+                "clusterhealth_kernel_log_lost_records_total",
                 "Kernel-log records overwritten before the agent read them (ring buffer overrun).",
             )
             lost.add_metric([], float(reader.lost_records))
-            read = CounterMetricFamily("clusterhealth_kernel_log_records", "Kernel-log records read.")
+            read = CounterMetricFamily("clusterhealth_kernel_log_records_total", "Kernel-log records read.")
             read.add_metric([], float(self.records_read))
             families += [lost, read]
         return families

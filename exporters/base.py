@@ -22,8 +22,24 @@ class Collector(Protocol):
     `collect` runs in the agent's background sampler, never in the scrape path. Raising an
     exception marks the collector's run as failed (`clusterhealth_scrape_collector_success` 0);
     values that cannot be read are simply not yielded.
+
+    Two optional methods: `start()`, called when the agent starts running the collector (the
+    probes start their schedule there; one-shot commands never call it), and `close()`, called
+    once the collector is replaced or the agent stops, never while `collect` runs.
     """
 
     name: str
 
     def collect(self) -> Iterable[Metric]: ...
+
+
+class CollectorFailed(Exception):
+    """The run failed, but what it could read is still worth exporting.
+
+    The collector reports success 0 with `reason` (in /healthz) and its `families` are exported,
+    so one failure does not hide the data that was read.
+    """
+
+    def __init__(self, reason: str, families: Iterable[Metric] = ()):
+        super().__init__(reason)
+        self.families = list(families)

@@ -8,15 +8,16 @@ call goes through `NvmlSession` (exporters/nvml.py), which owns the error policy
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from clusterhealth.exporters.nvml import GpuGone, NvmlSession, error_name, text
+from clusterhealth.exporters.nvml import Device, GpuGone, NvmlSession, error_name, text
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -235,8 +236,59 @@ def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading
 
 @dataclass(frozen=True)
 class GpuState:
+    """Every GPU as one cycle of the gpu collector read it: what the audits judge."""
+
     readings: Sequence[GpuReading]
     driver_version: str | None
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    uuid: str
+    pci_bus_id: str | None
+
+
+class GpuDirectory:
+    """Who each GPU is (NVML index, UUID, PCI bus id), as last learned from NVML.
+
+    Kept when a GPU stops answering, so a GPU that fell off the bus keeps its uuid label and the
+    kernel log's lines about it are still matched to it. The gpu collector writes it; the Xid and
+    kernel-log collectors read it and never ask NVML themselves, so a hung NVML call cannot stop
+    them from counting an Xid 79.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_index: dict[int, GpuIdentity] = {}
+
+    def learn(self, readings: Iterable[GpuReading]) -> None:
+        with self._lock:
+            for r in readings:
+                if not r.up:
+                    continue  # a lost GPU tells nothing; what it told before stays
+                known = self._by_index.get(r.index)
+                bus = r.pci_bus_id or (known.pci_bus_id if known and known.uuid == r.uuid else None)
+                self._by_index[r.index] = GpuIdentity(r.index, r.uuid, bus)
+
+    def uuid(self, index: int) -> str:
+        with self._lock:
+            known = self._by_index.get(index)
+        return known.uuid if known else ""
+
+    def count(self) -> int:
+        """How many GPUs have ever answered: a GPU that vanishes from NVML's count is still reported."""
+        with self._lock:
+            return max(self._by_index, default=-1) + 1
+
+    def bus_ids(self) -> dict[str, int]:
+        """NVML's PCI bus id -> GPU index."""
+        with self._lock:
+            return {i.pci_bus_id: i.index for i in self._by_index.values() if i.pci_bus_id}
+
+
+# What the collector hands its readers after each cycle: the whole state, or None and why not.
+Publish = Callable[[GpuState | None, str | None], None]
 
 
 @dataclass
@@ -246,68 +298,82 @@ class _GpmSample:
 
 
 class GpuCollector:
-    """The `gpu` collector: every GPU metric of SPEC, one GPU's failure never hiding the others."""
+    """The `gpu` collector: every GPU metric of SPEC, one GPU's failure never hiding the others.
+
+    At the end of each cycle the whole `GpuState` is published (never a half-read one, and the
+    previous one stays current while a cycle runs); None is published, with the reason, only when
+    NVML cannot be used.
+    """
 
     name = "gpu"
 
     def __init__(
         self,
         session: NvmlSession,
+        directory: GpuDirectory,
+        publish: Publish = lambda state, reason: None,
         *,
         gpm: bool = True,
         gpm_min_window_seconds: float = 1.0,
+        on_cycle: Callable[[], object] | None = None,
     ):
-        self.session = session
+        self.session, self.directory, self._publish = session, directory, publish
+        # Run at the end of each successful cycle, on this thread (one-shot commands drain the
+        # NVML Xid events already waiting here, where NVML is known to answer).
+        self._on_cycle = on_cycle
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
         self._down: dict[int, str] = {}
         self._gpm_support: dict[str, bool] = {}
-        # The last successful cycle's readings, for the audits; None while NVML is unusable.
-        self.latest: GpuState | None = None
         self._gpm_previous: dict[int, _GpmSample] = {}
 
     def collect(self) -> list[Metric]:
-        self.latest = None
+        try:
+            state, cuda = self._read_all()
+        except Exception as err:
+            self._publish(None, f"NVML could not be read ({err})")
+            raise
+        self._publish(state, None)
+        if self._on_cycle is not None:
+            self._on_cycle()
+        return self._families(state.readings, state.driver_version, cuda)
+
+    def _read_all(self) -> tuple[GpuState, int | None]:
         s = self.session
-        s.ensure_init()
-        count = s.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+        devices = s.devices(expected=self.directory.count())
         driver = text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
         cuda = s.system("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         handles: dict[int, Any] = {}
-        readings = [self._read(i, count, handles) for i in range(max(count, len(self.session.uuids)))]
-        self.session.bus_ids.update({r.pci_bus_id: r.index for r in readings if r.pci_bus_id})
+        readings = [self._read(device, handles) for device in devices]
         if self.gpm:
             self._read_gpm(readings, handles)
+        self.directory.learn(readings)
         for message in s.take_new_errors():
             log.warning("%s", message)
-        self.latest = GpuState(readings, driver)
-        return self._families(readings, driver, cuda)
+        return GpuState(readings, driver), cuda
 
     def close(self) -> None:
         for previous in self._gpm_previous.values():
             self.session.query(-1, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, previous.sample)
         self._gpm_previous.clear()
 
-    def _read(self, index: int, count: int, handles: dict[int, Any]) -> GpuReading:
-        s = self.session
+    def _read(self, device: Device, handles: dict[int, Any]) -> GpuReading:
+        s, index = self.session, device.index
         try:
-            if index >= count:
-                raise GpuGone(index, "nvmlDeviceGetCount", pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND))
-            handle = s.require(index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+            if device.gone is not None:
+                raise device.gone
+            handle = device.handle
             uuid = text(s.require(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)) or ""
-            self.session.uuids[index] = uuid
             reading = read_gpu(s, index, handle, uuid)
             handles[index] = handle
         except GpuGone as gone:
             reason = f"{gone.call}: {gone.error}"
             if self._down.get(index) != reason:
                 log.error(
-                    "GPU %d (%s) is down: %s", index, self.session.uuids.get(index, "uuid unknown"), reason
+                    "GPU %d (%s) is down: %s", index, self.directory.uuid(index) or "uuid unknown", reason
                 )
             self._down[index] = reason
             self._gpm_previous.pop(index, None)
-            return GpuReading(
-                index=index, uuid=self.session.uuids.get(index, ""), up=False, down_reason=reason
-            )
+            return GpuReading(index=index, uuid=self.directory.uuid(index), up=False, down_reason=reason)
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
             del self._down[index]
@@ -464,9 +530,11 @@ class GpuCollector:
                 value = getattr(r, attr)
                 if r.up and value is not None:
                     fam.add_metric([str(r.index), r.uuid], float(value))
-        energy = f.counter("clusterhealth_gpu_energy_joules", "Energy consumed since the driver was loaded.")
+        energy = f.counter(
+            "clusterhealth_gpu_energy_joules_total", "Energy consumed since the driver was loaded."
+        )
         replays = f.counter(
-            "clusterhealth_gpu_pcie_replay_errors", "PCIe replays (link-level retransmissions)."
+            "clusterhealth_gpu_pcie_replay_errors_total", "PCIe replays (link-level retransmissions)."
         )
         reasons = f.gauge(
             "clusterhealth_gpu_clocks_event_active",
@@ -474,7 +542,7 @@ class GpuCollector:
             ["reason"],
         )
         temperature = f.gauge("clusterhealth_gpu_temperature_celsius", "Temperature by sensor.", ["sensor"])
-        ecc = f.counter("clusterhealth_gpu_ecc_errors", "ECC errors.", ["error", "scope"])
+        ecc = f.counter("clusterhealth_gpu_ecc_errors_total", "ECC errors.", ["error", "scope"])
         remapped = f.gauge("clusterhealth_gpu_remapped_rows", "Rows remapped, by cause.", ["cause"])
         pending = f.gauge(
             "clusterhealth_gpu_row_remap_pending", "1 when a GPU reset is needed to apply a row remap."
@@ -484,7 +552,7 @@ class GpuCollector:
         )
         nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
         nvlink_errors = f.counter(
-            "clusterhealth_gpu_nvlink_errors", "NVLink data-link errors.", ["link", "error"]
+            "clusterhealth_gpu_nvlink_errors_total", "NVLink data-link errors.", ["link", "error"]
         )
         for r in readings:
             if not r.up:
@@ -517,13 +585,14 @@ class GpuCollector:
                     nvlink_errors.add_metric([*base, str(link.link), error], float(count))
 
         errors = f.counter(
-            "clusterhealth_gpu_nvml_errors",
+            "clusterhealth_gpu_nvml_errors_total",
             "NVML calls that failed with an unexpected error (the series they feed are absent).",
             ["call", "error"],
         )
         for (gpu, call, error), count in sorted(self.session.call_errors.items()):
             gpu_label = str(gpu) if gpu >= 0 else ""
-            errors.add_metric([gpu_label, self.session.uuids.get(gpu, ""), call, error], float(count))
+            uuid = self.directory.uuid(gpu) if gpu >= 0 else ""
+            errors.add_metric([gpu_label, uuid, call, error], float(count))
 
         driver_info = GaugeMetricFamily(
             "clusterhealth_gpu_driver_info",

@@ -20,6 +20,7 @@ import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import pynvml
@@ -81,8 +82,22 @@ class GpuGone(Exception):
         super().__init__(f"GPU {index}: {call}: {err}")
 
 
+@dataclass(frozen=True)
+class Device:
+    """One GPU as NVML enumerates it: its handle, or why it does not answer."""
+
+    index: int
+    handle: Any | None
+    gone: GpuGone | None = None
+
+
 class NvmlSession:
-    """An initialised NVML library, shared by the GPU collector and the Xid event thread."""
+    """An initialised NVML library, shared by the GPU collector, the Xid event thread and the idle
+    guard. It holds the library's state and the error policy, and nothing about the GPUs."""
+
+    # How long a caller waits for another thread's `nvmlInit` before it counts NVML as unusable:
+    # an init that hangs (a wedged driver) must not wedge every thread that touches NVML.
+    INIT_WAIT_SECONDS = 1.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -92,15 +107,11 @@ class NvmlSession:
         # The first time a call fails on a GPU with an unexpected error, for logging it once.
         self.new_errors: list[str] = []
         self.missing_functions: set[str] = set()
-        # NVML's PCI bus id of each GPU -> its index; kept by the gpu collector, read by the
-        # kernel-log watcher to name the GPU of an Xid line.
-        self.bus_ids: dict[str, int] = {}
-        # GPU index -> UUID, learnt by the gpu collector and kept, so that a GPU that fell off the
-        # bus (and no longer tells its UUID) keeps its uuid label.
-        self.uuids: dict[int, str] = {}
 
     def ensure_init(self) -> None:
-        with self._lock:
+        if not self._lock.acquire(timeout=self.INIT_WAIT_SECONDS):
+            raise NvmlUnavailable("nvmlInit has not returned (another thread has been waiting on it)")
+        try:
             if self._initialised:
                 return
             try:
@@ -108,31 +119,49 @@ class NvmlSession:
             except pynvml.NVMLError as err:
                 raise NvmlUnavailable(f"nvmlInit: {err}") from err
             self._initialised = True
+        finally:
+            self._lock.release()
 
-    def gpu_bus_ids(self) -> dict[str, int]:
-        """NVML bus id -> GPU index; asked from NVML when the gpu collector has not run yet."""
-        if not self.bus_ids:
+    def devices(self, expected: int = 0) -> list[Device]:
+        """Every GPU NVML counts (and up to `expected`, so that a GPU that vanished from the count
+        is still reported, as gone), each with its handle or why it has none.
+
+        The one enumeration of the agent, under the one error policy: NvmlUnavailable when the
+        library cannot be used, a `gone` device when one GPU does not answer.
+        """
+        self.ensure_init()
+        count = self.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+        found = []
+        for index in range(max(count, expected)):
             try:
-                self.ensure_init()
-                for index in range(pynvml.nvmlDeviceGetCount()):
-                    with contextlib.suppress(pynvml.NVMLError):  # a lost GPU: its lines stay unnamed
-                        pci = pynvml.nvmlDeviceGetPciInfo_v3(pynvml.nvmlDeviceGetHandleByIndex(index))
-                        self.bus_ids[text(pci.busId)] = index
-            except (NvmlUnavailable, pynvml.NVMLError):
-                pass  # no NVML: Xid lines are counted with an empty gpu label
-        return dict(self.bus_ids)
+                if index >= count:
+                    missing = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND)
+                    raise GpuGone(index, "nvmlDeviceGetCount", missing)
+                handle = self.require(
+                    index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
+                )
+            except GpuGone as gone:
+                found.append(Device(index, None, gone))
+            else:
+                found.append(Device(index, handle))
+        return found
 
-    def shutdown(self) -> None:
-        with self._lock:
+    def shutdown(self, wait: float = 2.0) -> None:
+        """Release the library, unless another thread is stuck in `nvmlInit` (the process is
+        leaving anyway, and waiting on a wedged driver would keep it from exiting)."""
+        if not self._lock.acquire(timeout=wait):
+            return
+        try:
             if self._initialised:
                 with contextlib.suppress(pynvml.NVMLError):  # shutting down anyway
                     pynvml.nvmlShutdown()
                 self._initialised = False
+        finally:
+            self._lock.release()
 
     def reset(self) -> None:
         """Forget the initialised state after a library-level error, so the next cycle re-inits."""
-        with self._lock:
-            self._initialised = False
+        self._initialised = False
 
     def system(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
         """A query that concerns no GPU (driver version, device count)."""

@@ -14,14 +14,14 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from clusterhealth.exporters.nvml import NvmlSession, NvmlUnavailable
+from clusterhealth.exporters.gpu import GpuDirectory
+from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
 
 log = logging.getLogger("clusterhealth.xid")
 
@@ -112,12 +112,12 @@ class XidCollector:
 
     name = "xid"
 
-    def __init__(self, ledger: XidLedger, uuids: Mapping[int, str]):
-        self.ledger, self.uuids = ledger, uuids
+    def __init__(self, ledger: XidLedger, directory: GpuDirectory):
+        self.ledger, self.directory = ledger, directory
 
     def collect(self) -> list[Metric]:
         xid = CounterMetricFamily(
-            "clusterhealth_gpu_xid_errors",
+            "clusterhealth_gpu_xid_errors_total",
             "Xid errors, from NVML events and the kernel log, each counted once.",
             labels=["gpu", "uuid", "xid"],
         )
@@ -125,7 +125,7 @@ class XidCollector:
             if gpu == UNKNOWN_GPU:
                 xid.add_metric(["", "", str(code)], float(count))
             else:
-                xid.add_metric([str(gpu), self.uuids.get(gpu, ""), str(code)], float(count))
+                xid.add_metric([str(gpu), self.directory.uuid(gpu), str(code)], float(count))
         return [xid] if xid.samples else []
 
 
@@ -168,8 +168,10 @@ class NvmlXidWatcher:
             self._ensure_registered()
             while self._wait_one(0):
                 delivered += 1
-        except (NvmlUnavailable, pynvml.NVMLError) as err:
+        except (NvmlUnavailable, GpuGone, pynvml.NVMLError) as err:
             self._note_error(err)
+        finally:
+            self._free()
         return delivered
 
     def _run(self) -> None:
@@ -180,7 +182,7 @@ class NvmlXidWatcher:
                 if self.last_error is not None:
                     log.info("receiving NVML Xid events again")
                     self.last_error = None
-            except (NvmlUnavailable, pynvml.NVMLError) as err:
+            except (NvmlUnavailable, GpuGone, pynvml.NVMLError) as err:
                 self._note_error(err)
                 self._free()
                 self._stop.wait(self.retry_seconds)
@@ -196,17 +198,22 @@ class NvmlXidWatcher:
     def _ensure_registered(self) -> None:
         if self._event_set is not None:
             return
-        self.session.ensure_init()
+        devices = self.session.devices()
         event_set = pynvml.nvmlEventSetCreate()
         indices = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
+        for device in devices:
+            # A lost GPU or one without event support: its Xids still arrive via the kernel log.
+            if device.gone is not None:
+                log.debug("GPU %d: no Xid events: %s", device.index, device.gone)
+                continue
             try:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-                indices[_address(handle)] = index
+                pynvml.nvmlDeviceRegisterEvents(
+                    device.handle, pynvml.nvmlEventTypeXidCriticalError, event_set
+                )
             except pynvml.NVMLError as err:
-                # A lost GPU or one without event support: its Xids still arrive via the kernel log.
-                log.debug("GPU %d: no Xid events: %s", index, err)
+                log.debug("GPU %d: no Xid events: %s", device.index, err)
+                continue
+            indices[_address(device.handle)] = device.index
         self._event_set, self._indices = event_set, indices
 
     def _wait_one(self, timeout_ms: int) -> bool:

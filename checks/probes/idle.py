@@ -58,23 +58,22 @@ class IdleGuard:
 
     def _gpus_busy(self, s: NvmlSession) -> str | None:
         try:
-            s.ensure_init()
-            count = s.require(-1, "nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
             busy = []
-            for index in range(count):
-                handle = s.require(
-                    index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index
-                )
+            for device in s.devices():
+                if device.gone is not None:
+                    raise device.gone
                 processes = s.query(
-                    index,
+                    device.index,
                     "nvmlDeviceGetComputeRunningProcesses",
                     pynvml.nvmlDeviceGetComputeRunningProcesses,
-                    handle,
+                    device.handle,
                 )
                 if processes is None:
-                    return f"cannot tell: the compute processes of GPU {index} cannot be read from NVML"
+                    return (
+                        f"cannot tell: the compute processes of GPU {device.index} cannot be read from NVML"
+                    )
                 if processes:
-                    busy.append(_gpu_reason(index, [int(p.pid) for p in processes]))
+                    busy.append(_gpu_reason(device.index, [int(p.pid) for p in processes]))
         except NvmlUnavailable as exc:
             return f"cannot tell: NVML unavailable ({exc})"
         except GpuGone as gone:

@@ -1,0 +1,211 @@
+"""The one table of collectors, and how the agent, `scrape` and `check` run them.
+
+Each entry names a collector (also the key of its settings section, `collectors.<name>`, which has
+`enabled`, `interval_seconds` and `timeout_seconds`), builds it from the config and the node, says
+which settings it is built from (a reload rebuilds it only when they changed) and which collectors'
+published results it reads (`after`: its first run waits for theirs). Adding a collector is its file,
+one entry here and one settings section (docs/adding-a-collector.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from clusterhealth.agent.config import Config
+from clusterhealth.agent.node import Node
+from clusterhealth.agent.probing import ProbeRunner, ProbeService
+from clusterhealth.agent.sampling import Sampler
+from clusterhealth.checks.audit_collector import AuditCollector
+from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.exporters.base import Collector
+from clusterhealth.exporters.gpu import GpuCollector
+from clusterhealth.exporters.rdma import RdmaCollector
+from clusterhealth.exporters.xid import XidCollector
+
+
+class Settings(Protocol):
+    """What every `collectors.<name>` section has."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def interval_seconds(self) -> float: ...
+    @property
+    def timeout_seconds(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    build: Callable[[Config, Node], Collector]
+    # The part of the config the collector is built from: a reload keeps the running collector (its
+    # state: GPM samples, the kernel log's position, counters) unless this changed.
+    inputs: Callable[[Config], object]
+    # Collectors whose published results this one reads: its first run waits for theirs.
+    after: tuple[str, ...] = ()
+
+    def settings(self, config: Config) -> Settings:
+        section: Settings = getattr(config.collectors, self.name)
+        return section
+
+
+def _gpu(config: Config, node: Node) -> Collector:
+    gpu = config.collectors.gpu
+    return GpuCollector(
+        node.session,
+        node.directory,
+        node.gpus.publish,
+        gpm=gpu.gpm,
+        gpm_min_window_seconds=gpu.gpm_min_window_seconds,
+        on_cycle=node.drain_xid_events if node.one_shot else None,
+    )
+
+
+def _kernel_log(config: Config, node: Node) -> Collector:
+    kernel = config.collectors.kernel_log
+    start: Literal["boot", "now"] = "now" if kernel.start == "now" and not node.one_shot else "boot"
+    return KernelLogCollector(
+        config.paths.kmsg,
+        node.ledger,
+        node.directory.bus_ids,
+        start=start,
+        max_records_per_cycle=kernel.max_records_per_cycle,
+        catch_up=node.one_shot,
+        publish=node.kernel_events.publish,
+    )
+
+
+def _rdma(config: Config, node: Node) -> Collector:
+    rdma = config.collectors.rdma
+    return RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
+
+
+def _xid(config: Config, node: Node) -> Collector:
+    return XidCollector(node.ledger, node.directory)
+
+
+def _audit(config: Config, node: Node) -> Collector:
+    return AuditCollector(
+        config.policy,
+        Path(config.paths.sysfs),
+        lambda: node.gpu_state(config),
+        lambda: node.recent_events(config),
+    )
+
+
+def _probes(config: Config, node: Node) -> Collector:
+    session = node.session if config.collectors.gpu.enabled else None
+    return ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session))
+
+
+COLLECTORS: tuple[Entry, ...] = (
+    Entry("gpu", _gpu, inputs=lambda c: c.collectors.gpu),
+    # After the gpu collector, which learns the bus ids an Xid line is matched to; if NVML hangs,
+    # the wait ends at the gpu collector's timeout and the lines are counted unmatched.
+    Entry(
+        "kernel_log", _kernel_log, inputs=lambda c: (c.collectors.kernel_log, c.paths.kmsg), after=("gpu",)
+    ),
+    Entry("rdma", _rdma, inputs=lambda c: (c.collectors.rdma, c.paths.sysfs)),
+    Entry("xid", _xid, inputs=lambda c: c.collectors.xid, after=("gpu", "kernel_log")),
+    Entry(
+        "audit",
+        _audit,
+        inputs=lambda c: (
+            c.collectors.audit,
+            c.collectors.gpu.enabled,
+            c.collectors.kernel_log.enabled,
+            c.policy,
+            c.paths.sysfs,
+        ),
+        after=("gpu", "kernel_log"),
+    ),
+    Entry(
+        "probes",
+        _probes,
+        inputs=lambda c: (c.collectors.probes, c.collectors.gpu.enabled, c.probing, c.probes),
+    ),
+)
+NAMES = tuple(entry.name for entry in COLLECTORS)
+
+
+def _with_dependencies(names: Collection[str]) -> set[str]:
+    wanted, entries = set(names), {e.name: e for e in COLLECTORS}
+    for entry in reversed(COLLECTORS):  # `after` only names earlier entries (a test checks)
+        if entry.name in wanted:
+            wanted |= set(entries[entry.name].after)
+    return wanted
+
+
+class Collectors:
+    """The collectors a config enables, each run by its `Sampler`."""
+
+    def __init__(self, node: Node, on_snapshot: Callable[[], None] = lambda: None):
+        self.node = node
+        self._on_snapshot = on_snapshot
+        self._samplers: dict[str, Sampler] = {}  # every sampler made, kept to reuse its thread
+        self._inputs: dict[str, object] = {}
+        self.active: list[Sampler] = []
+
+    def apply(self, config: Config, *, only: Collection[str] | None = None, start: bool = True) -> None:
+        """Build, keep, reconfigure or stop each collector for `config`; with `start`, run them."""
+        wanted = _with_dependencies(only) if only is not None else set(NAMES)
+        active: dict[str, Sampler] = {}
+        for entry in COLLECTORS:
+            settings = entry.settings(config)
+            sampler = self._samplers.get(entry.name)
+            if not settings.enabled or entry.name not in wanted:
+                if sampler is not None:
+                    sampler.stop()
+                    self._inputs.pop(entry.name, None)
+                continue
+            after = [active[name] for name in entry.after if name in active]
+            inputs = entry.inputs(config)
+            if sampler is None:
+                sampler = Sampler(
+                    entry.build(config, self.node),
+                    settings.interval_seconds,
+                    settings.timeout_seconds,
+                    self._on_snapshot,
+                    after,
+                )
+                self._samplers[entry.name] = sampler
+            else:
+                rebuilt = self._inputs.get(entry.name) != inputs
+                collector = entry.build(config, self.node) if rebuilt else sampler.collector
+                sampler.reconfigure(collector, settings.interval_seconds, settings.timeout_seconds, after)
+            self._inputs[entry.name] = inputs
+            active[entry.name] = sampler
+            if start:
+                sampler.start()
+        self.active = list(active.values())
+
+    def run_once(self) -> None:
+        """Each active collector once, in table order (so after what it reads), each bounded by its
+        timeout: a hung NVML call makes the gpu collector report hung, not the command hang."""
+        for sampler in self.active:
+            sampler.run_once(timeout=sampler.timeout)
+
+    def stop(self, wait: float = 2.0) -> None:
+        """Stop every sampler at once and give them `wait` seconds together to end."""
+        samplers = list(self._samplers.values())
+        for sampler in samplers:
+            sampler.stop()
+        deadline = time.monotonic() + wait
+        for sampler in samplers:
+            sampler.join(deadline)
+
+
+def collect_once(config: Config, only: Collection[str] | None = None) -> tuple[Node, Sequence[Sampler]]:
+    """For `scrape` and `check`: a node, and its collectors run once. The caller closes the node."""
+    node = Node(config, one_shot=True)
+    collectors = Collectors(node)
+    collectors.apply(config, only=only, start=False)
+    collectors.run_once()
+    return node, collectors.active
+
+
+__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once"]
