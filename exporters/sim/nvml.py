@@ -105,6 +105,7 @@ DGX_H100_BUS_IDS = [
 ]
 
 TOP_KEYS = {
+    "system_hang",
     "description",
     "driver_version",
     "cuda_driver_version",
@@ -175,6 +176,8 @@ class Scenario:
     kernel_log: tuple[tuple[float, str], ...] = ()
     # (seconds after start, description, series): more stops of the demo's tour.
     tour: tuple[tuple[float, str, str], ...] = ()
+    # Calls that concern no GPU (nvmlInitWithFlags, nvmlDeviceGetCount_v2, ...) -> seconds they block.
+    system_hang: Mapping[str, float] = field(default_factory=dict)
 
 
 def load_scenario(path: str | Path, frozen_at_seconds: float | None = None) -> Scenario:
@@ -252,7 +255,28 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
         faults=faults,
         kernel_log=tuple(sorted(kernel_log)),
         tour=tuple(tour),
+        system_hang=_system_hang(data.get("system_hang"), source),
     )
+
+
+SYSTEM_CALLS = (
+    "nvmlInitWithFlags",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+)
+
+
+def _system_hang(data: Any, source: str) -> dict[str, float]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ScenarioError(source, "system_hang", "a mapping of NVML function name to seconds", data)
+    for call in data:
+        if call not in SYSTEM_CALLS:
+            raise ScenarioError(source, f"system_hang.{call}", "one of " + ", ".join(SYSTEM_CALLS), call)
+    return {k: float(_typed(v, (int, float), source, f"system_hang.{k}")) for k, v in data.items()}
 
 
 def _known(data: Mapping[str, Any], known: set[str], source: str, prefix: str) -> None:
@@ -435,7 +459,14 @@ class SimulatedLibrary:
 
     # -- library and system -------------------------------------------------------------------
 
+    def _system_call(self, call: str) -> None:
+        """A call that concerns no GPU: block as long as the scenario says (a wedged driver)."""
+        seconds = self.scenario.system_hang.get(call)
+        if seconds:
+            time.sleep(seconds)
+
     def nvmlInitWithFlags(self, flags: Any) -> int:
+        self._system_call("nvmlInitWithFlags")
         if self.scenario.nvml == "library_missing":
             return pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
         if self.scenario.nvml == "driver_not_loaded":
@@ -443,9 +474,11 @@ class SimulatedLibrary:
         return pynvml.NVML_SUCCESS
 
     def nvmlShutdown(self) -> int:
+        self._system_call("nvmlShutdown")
         return pynvml.NVML_SUCCESS
 
     def nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+        self._system_call("nvmlSystemGetDriverVersion")
         buf.value = self.scenario.driver_version.encode()
         return pynvml.NVML_SUCCESS
 
@@ -457,10 +490,12 @@ class SimulatedLibrary:
         return self.nvmlSystemGetCudaDriverVersion_v2(ref)
 
     def nvmlDeviceGetCount_v2(self, ref: Any) -> int:
+        self._system_call("nvmlDeviceGetCount_v2")
         _out(ref, len(self.scenario.gpus))
         return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> int:
+        self._system_call("nvmlDeviceGetHandleByIndex_v2")
         i = index.value
         if not 0 <= i < len(self.scenario.gpus):
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
