@@ -160,7 +160,7 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 
 def _probe_run(args: argparse.Namespace) -> int:
     from clusterhealth.agent.node import Node
-    from clusterhealth.agent.probing import ProbeRunner
+    from clusterhealth.agent.probing import ProbeRunner, ProbeService
 
     config, _ = load_config(args)
     logsetup.set_level(config.log_level)
@@ -172,7 +172,10 @@ def _probe_run(args: argparse.Namespace) -> int:
     node = Node(config, one_shot=True)
     try:
         session = node.session if config.collectors.gpu.enabled else None
-        runs = ProbeRunner(config.probing, session).run(probe)
+        # Through the service, so that the result is kept for `scrape` and the agent too.
+        runs = ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session)).run_probe(
+            probe
+        )
     finally:
         node.close()
     if args.json:

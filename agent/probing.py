@@ -9,13 +9,16 @@ module wires it to the config, the scheduler and the exposition.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -35,13 +38,16 @@ from clusterhealth.checks.probes import (
     evaluate,
     run,
     skipped,
+    statefile,
     template,
 )
+from clusterhealth.exporters.base import CollectorFailed
 from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
 
 log = logging.getLogger("clusterhealth.probes")
 
 LOCK_FILE = "probe.lock"
+RESULTS_FILE = "probe-results.json"
 
 
 @dataclass(frozen=True)
@@ -77,17 +83,22 @@ class ProbeRunner:
 
     def run_peer(self, probe: ProbeConfig, peer: str) -> PeerRun:
         started_at, start = time.time(), time.monotonic()
-        command = ""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = ProbeLock(self.lock_path, probe.name)
-        if not lock.acquire():
-            outcome = skipped(f"another probe holds {self.lock_path}: {lock.holder() or 'unknown holder'}")
-        else:
-            try:
-                outcome, command = self._run_locked(probe, peer)
-            finally:
-                lock.release()
+        outcome, command = self._run_under_lock(probe, peer)
         return PeerRun(probe.name, peer, outcome, started_at, time.monotonic() - start, command)
+
+    def _run_under_lock(self, probe: ProbeConfig, peer: str) -> tuple[ProbeOutcome, str]:
+        lock = ProbeLock(self.lock_path, probe.name)
+        try:
+            acquired = lock.acquire()
+        except OSError as err:
+            # probing.state_dir without permission or space: a fault to report, not a crash.
+            return ProbeOutcome("failed", f"cannot take the probe lock {self.lock_path}: {err}"), ""
+        if not acquired:
+            return skipped(f"another probe holds {self.lock_path}: {lock.holder() or 'unknown holder'}"), ""
+        try:
+            return self._run_locked(probe, peer)
+        finally:
+            lock.release()
 
     def _run_locked(self, probe: ProbeConfig, peer: str) -> tuple[ProbeOutcome, str]:
         busy = self.idle.check()
@@ -129,18 +140,144 @@ class _ProbeState:
     runs: Counter[str]
     last: PeerRun | None = None  # the last run that was not skipped
     last_any: PeerRun | None = None
-    bandwidth: dict[str, float] | None = None  # peer -> bytes/s of its last completed run
+    bandwidth: dict[str, float] = field(default_factory=dict)  # peer -> bytes/s of its last completed run
+
+
+class ResultStore:
+    """The probes' results (runs by result, last runs, each peer's last bandwidth), kept in
+    `probing.state_dir` so that `scrape`, a restarted agent and `probe run` all see them.
+
+    Written atomically after each run and re-read when another process changed the file
+    (checks/probes/statefile.py). A file that cannot be written or read is reported as `problem`:
+    the results stay in memory and the probes collector says why it fails.
+    """
+
+    def __init__(self, state_dir: Path):
+        self.path = state_dir / RESULTS_FILE
+        self._lock = threading.Lock()
+        self._state: dict[str, _ProbeState] = {}
+        self._signature: statefile.Signature | None = None
+        self.problem: str | None = None
+
+    def record(self, runs: list[PeerRun]) -> None:
+        with self._lock:
+            self._refresh()
+            for peer_run in runs:
+                state = self._state.setdefault(peer_run.probe, _new_state())
+                outcome = peer_run.outcome
+                state.runs[outcome.result] += 1
+                state.last_any = peer_run
+                if outcome.result != "skipped":
+                    state.last = peer_run
+                if outcome.bandwidth_bytes_per_second is not None:
+                    state.bandwidth[peer_run.peer] = outcome.bandwidth_bytes_per_second
+            document = {"version": 1, "probes": {n: _encode(st) for n, st in self._state.items()}}
+            try:
+                self._signature = statefile.write_json(self.path, document)
+            except OSError as err:
+                self._fail(f"cannot save probe results to {self.path}: {err}")
+            else:
+                self._recover()
+
+    def read(self) -> dict[str, _ProbeState]:
+        with self._lock:
+            self._refresh()
+            return dict(self._state)
+
+    def _refresh(self) -> None:
+        try:
+            current = statefile.signature(self.path)
+            if current is None or current == self._signature:
+                return
+            state = _decode(json.loads(self.path.read_bytes()))
+        except (OSError, ValueError) as err:
+            self._fail(f"cannot read probe results from {self.path}: {err}")
+            return
+        self._state, self._signature = state, current
+
+    def _fail(self, problem: str) -> None:
+        # Reported by whoever reads `problem`: the probes collector fails with it (and the agent
+        # logs that once), `probe run` prints it.
+        self.problem = f"{problem}; they are kept in memory only"
+
+    def _recover(self) -> None:
+        self.problem = None
+
+
+def _new_state() -> _ProbeState:
+    return _ProbeState(Counter(dict.fromkeys(RESULTS, 0)))
+
+
+def _encode(state: _ProbeState) -> dict[str, Any]:
+    def run(peer_run: PeerRun | None) -> dict[str, Any] | None:
+        if peer_run is None:
+            return None
+        return {
+            "probe": peer_run.probe,
+            "peer": peer_run.peer,
+            "outcome": dataclasses.asdict(peer_run.outcome),
+            "started_at": peer_run.started_at,
+            "duration_seconds": peer_run.duration_seconds,
+            "command": peer_run.command,
+        }
+
+    return {
+        "runs": dict(state.runs),
+        "last": run(state.last),
+        "last_any": run(state.last_any),
+        "bandwidth": state.bandwidth,
+    }
+
+
+def _decode(document: Any) -> dict[str, _ProbeState]:
+    """The results of a state file; ValueError naming what is wrong."""
+    if not isinstance(document, dict) or document.get("version") != 1:
+        raise ValueError("not a version 1 probe results file")
+    probes = document.get("probes")
+    if not isinstance(probes, dict):
+        raise ValueError("'probes' is not an object")
+
+    def run(data: Any) -> PeerRun | None:
+        if data is None:
+            return None
+        outcome = ProbeOutcome(**data["outcome"])
+        if outcome.result not in RESULTS:
+            raise ValueError(f"unknown result {outcome.result!r}")
+        return PeerRun(
+            str(data["probe"]),
+            str(data["peer"]),
+            outcome,
+            float(data["started_at"]),
+            float(data["duration_seconds"]),
+            str(data["command"]),
+        )
+
+    try:
+        return {
+            str(name): _ProbeState(
+                Counter({r: int(data["runs"].get(r, 0)) for r in RESULTS}),
+                run(data["last"]),
+                run(data["last_any"]),
+                {str(peer): float(v) for peer, v in data["bandwidth"].items()},
+            )
+            for name, data in probes.items()
+        }
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"malformed probe results ({type(err).__name__}: {err})") from err
 
 
 class ProbeService:
-    """The probes' schedule inside the agent, their latest results, and the `probes` collector."""
+    """The probes' schedule inside the agent, their latest results, and the `probes` collector.
+
+    Without `start()` (one-shot `scrape`, `probe run`) nothing is scheduled and the collector
+    exports the results kept in the state directory.
+    """
 
     name = "probes"
 
     def __init__(self, probing: ProbingConfig, probes: tuple[ProbeConfig, ...], runner: ProbeRunner):
         self.probing, self.probes, self.runner = probing, probes, runner
-        self._lock = threading.Lock()
-        self._state = {p.name: _ProbeState(Counter(dict.fromkeys(RESULTS, 0)), bandwidth={}) for p in probes}
+        self.results = ResultStore(Path(probing.state_dir))
         # One worker: the scheduler never starts a second probe while one runs (the lock file
         # also keeps out `clusterhealth probe run` and other agents).
         self.scheduler = BackgroundScheduler(
@@ -165,16 +302,7 @@ class ProbeService:
 
     def run_probe(self, probe: ProbeConfig) -> list[PeerRun]:
         runs = self.runner.run(probe)
-        with self._lock:
-            state = self._state[probe.name]
-            for peer_run in runs:
-                outcome = peer_run.outcome
-                state.runs[outcome.result] += 1
-                state.last_any = peer_run
-                if outcome.result != "skipped":
-                    state.last = peer_run
-                if outcome.bandwidth_bytes_per_second is not None and state.bandwidth is not None:
-                    state.bandwidth[peer_run.peer] = outcome.bandwidth_bytes_per_second
+        self.results.record(runs)
         for peer_run in runs:
             _log_run(peer_run)
         return runs
@@ -209,24 +337,30 @@ class ProbeService:
         wrong = GaugeMetricFamily(
             "clusterhealth_probe_wrong_values", "nccl-tests #wrong of the last run, summed.", labels=["probe"]
         )
-        with self._lock:
-            for name, state in self._state.items():
-                for result in RESULTS:
-                    runs.add_metric([name, result], float(state.runs[result]))
-                for peer, value in sorted((state.bandwidth or {}).items()):
-                    bandwidth.add_metric([name, peer], value)
-                if state.last_any is not None:
-                    last_run.add_metric([name], state.last_any.started_at)
-                if state.last is None:
-                    continue
-                outcome = state.last.outcome
-                success.add_metric([name], 1.0 if outcome.success else 0.0)
-                duration.add_metric([name], state.last.duration_seconds)
-                if outcome.expected_bytes_per_second is not None:
-                    expected.add_metric([name], outcome.expected_bytes_per_second)
-                if outcome.wrong_values is not None:
-                    wrong.add_metric([name], float(outcome.wrong_values))
-        return [f for f in (success, runs, last_run, duration, bandwidth, expected, wrong) if f.samples]
+        states = self.results.read()
+        for name in (p.name for p in self.probes):
+            state = states.get(name, _new_state())
+            for result in RESULTS:
+                runs.add_metric([name, result], float(state.runs[result]))
+            for peer, value in sorted(state.bandwidth.items()):
+                bandwidth.add_metric([name, peer], value)
+            if state.last_any is not None:
+                last_run.add_metric([name], state.last_any.started_at)
+            if state.last is None:
+                continue
+            outcome = state.last.outcome
+            success.add_metric([name], 1.0 if outcome.success else 0.0)
+            duration.add_metric([name], state.last.duration_seconds)
+            if outcome.expected_bytes_per_second is not None:
+                expected.add_metric([name], outcome.expected_bytes_per_second)
+            if outcome.wrong_values is not None:
+                wrong.add_metric([name], float(outcome.wrong_values))
+        families: list[Metric] = [
+            f for f in (success, runs, last_run, duration, bandwidth, expected, wrong) if f.samples
+        ]
+        if self.results.problem is not None:
+            raise CollectorFailed(self.results.problem, families)
+        return families
 
 
 def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:

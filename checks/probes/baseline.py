@@ -10,37 +10,32 @@ bad fabric needs: its first ``min_runs`` runs have nothing to compare with and a
 
 The median, not the mean, so that one lucky or unlucky run moves nothing.
 
-State lives in one JSON file in ``state_dir``, written atomically (temporary file in the same
-directory, fsync, rename, fsync of the directory), so a crash leaves the old file or the new one.
-The file is re-read when another process (``clusterhealth probe run`` beside the agent) changed it;
-records are read-modify-write, which is safe because probes run one at a time under the probe
-lock. A file that cannot be read or parsed is logged, moved aside as ``*.corrupt`` when possible,
-and rebuilt from the next runs. Nothing here raises on I/O: losing a baseline costs a few runs of
-relearning, while an exception would cost the probe result.
+State lives in one JSON file in ``state_dir``, written atomically (statefile.py). The file is
+re-read when another process (``clusterhealth probe run`` beside the agent) changed it; records are
+read-modify-write, which is safe because probes run one at a time under the probe lock. A file that
+cannot be read or parsed is logged, moved aside as ``*.corrupt`` when possible, and rebuilt from the
+next runs. Nothing here raises on I/O: losing a baseline costs a few runs of relearning, while an
+exception would cost the probe result.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
-import stat
 import statistics
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from clusterhealth.checks.probes import statefile
 from clusterhealth.checks.probes.evaluate import ProbeOutcome
 
 log = logging.getLogger("clusterhealth.probes")
 
 STATE_FILE = "probe-baselines.json"
 FORMAT_VERSION = 1
-
-_Signature = tuple[int, int, int]  # inode, size, mtime in ns: has another writer replaced the file?
 
 
 class BaselineStore:
@@ -52,7 +47,7 @@ class BaselineStore:
         self._lock = threading.Lock()
         # probe -> peer -> bandwidths in bytes/s, oldest first
         self._series: dict[str, dict[str, list[float]]] = {}
-        self._signature: _Signature | None = None
+        self._signature: statefile.Signature | None = None
         self._refresh()
 
     def expected(self, probe: str, peer: str = "") -> float | None:
@@ -101,20 +96,19 @@ class BaselineStore:
     def _refresh(self) -> None:
         """Adopt the file when it changed since this instance last read or wrote it."""
         try:
-            st = self.path.stat()
-        except FileNotFoundError:
+            signature = statefile.signature(self.path)
+        except OSError as exc:
+            log.warning("cannot read probe baselines from %s: %s; using this process's copy", self.path, exc)
+            return
+        if signature is None:
             if self._signature is not None:
                 # It existed and is gone: an operator reset every baseline.
                 log.info("%s was removed; probe baselines start over", self.path)
                 self._series, self._signature = {}, None
             return
-        except OSError as exc:
-            log.warning("cannot read probe baselines from %s: %s; using this process's copy", self.path, exc)
-            return
-        signature = (st.st_ino, st.st_size, st.st_mtime_ns)
         if signature == self._signature:
             return
-        if not stat.S_ISREG(st.st_mode):
+        if not self.path.is_file():
             self._signature = signature  # warned once, not on every run
             log.warning("%s is not a regular file; probe baselines are kept in memory only", self.path)
             return
@@ -143,35 +137,10 @@ class BaselineStore:
 
     def _write(self) -> None:
         document = {"version": FORMAT_VERSION, "baselines": self._series}
-        tmp: str | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(document, f, indent=1, sort_keys=True)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-            _fsync_dir(self.path.parent)
-            st = self.path.stat()
-            self._signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+            self._signature = statefile.write_json(self.path, document)
         except OSError as exc:
             log.warning("cannot save probe baselines to %s: %s; kept in memory only", self.path, exc)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-
-
-def _fsync_dir(path: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _decode(document: Any, window: int) -> dict[str, dict[str, list[float]]]:
