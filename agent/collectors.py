@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_type_hints
 
 from clusterhealth.agent.config import Config
 from clusterhealth.agent.node import Node
@@ -45,6 +45,8 @@ class Entry:
     # The part of the config the collector is built from: a reload keeps the running collector (its
     # state: GPM samples, the kernel log's position, counters) unless this changed.
     inputs: Callable[[Config], object]
+    # What it reads, for the README's table of collectors (a test keeps the two equal).
+    source: str
     # Collectors whose published results this one reads: its first run waits for theirs.
     after: tuple[str, ...] = ()
 
@@ -53,7 +55,7 @@ class Entry:
         return section
 
 
-def _gpu(config: Config, node: Node) -> Collector:
+def _gpu(config: Config, node: Node) -> GpuCollector:
     gpu = config.collectors.gpu
     return GpuCollector(
         node.session,
@@ -65,7 +67,7 @@ def _gpu(config: Config, node: Node) -> Collector:
     )
 
 
-def _kernel_log(config: Config, node: Node) -> Collector:
+def _kernel_log(config: Config, node: Node) -> KernelLogCollector:
     kernel = config.collectors.kernel_log
     start: Literal["boot", "now"] = "now" if kernel.start == "now" and not node.one_shot else "boot"
     return KernelLogCollector(
@@ -79,16 +81,16 @@ def _kernel_log(config: Config, node: Node) -> Collector:
     )
 
 
-def _rdma(config: Config, node: Node) -> Collector:
+def _rdma(config: Config, node: Node) -> RdmaCollector:
     rdma = config.collectors.rdma
     return RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
 
 
-def _xid(config: Config, node: Node) -> Collector:
+def _xid(config: Config, node: Node) -> XidCollector:
     return XidCollector(node.ledger, node.directory)
 
 
-def _audit(config: Config, node: Node) -> Collector:
+def _audit(config: Config, node: Node) -> AuditCollector:
     return AuditCollector(
         config.policy,
         Path(config.paths.sysfs),
@@ -97,20 +99,42 @@ def _audit(config: Config, node: Node) -> Collector:
     )
 
 
-def _probes(config: Config, node: Node) -> Collector:
+def _probes(config: Config, node: Node) -> ProbeService:
     session = node.session if config.collectors.gpu.enabled else None
     return ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session))
 
 
 COLLECTORS: tuple[Entry, ...] = (
-    Entry("gpu", _gpu, inputs=lambda c: c.collectors.gpu),
+    Entry(
+        "gpu",
+        _gpu,
+        inputs=lambda c: c.collectors.gpu,
+        source="NVML: `nvmlDeviceGet*` per GPU, GPM samples; `nvmlEventSetWait_v2` (Xid events) "
+        "on its own thread",
+    ),
     # After the gpu collector, which learns the bus ids an Xid line is matched to; if NVML hangs,
     # the wait ends at the gpu collector's timeout and the lines are counted unmatched.
     Entry(
-        "kernel_log", _kernel_log, inputs=lambda c: (c.collectors.kernel_log, c.paths.kmsg), after=("gpu",)
+        "kernel_log",
+        _kernel_log,
+        inputs=lambda c: (c.collectors.kernel_log, c.paths.kmsg),
+        source="the kernel log, `paths.kmsg` (`/dev/kmsg`)",
+        after=("gpu",),
     ),
-    Entry("rdma", _rdma, inputs=lambda c: (c.collectors.rdma, c.paths.sysfs)),
-    Entry("xid", _xid, inputs=lambda c: c.collectors.xid, after=("gpu", "kernel_log")),
+    Entry(
+        "rdma",
+        _rdma,
+        inputs=lambda c: (c.collectors.rdma, c.paths.sysfs),
+        source="sysfs: `class/infiniband/*` (ports, `counters/`, `hw_counters/`), `class/net/*/mtu`, "
+        "the HCAs' PCI links",
+    ),
+    Entry(
+        "xid",
+        _xid,
+        inputs=lambda c: c.collectors.xid,
+        source="the Xid ledger, fed by the gpu collector's NVML events and the kernel log (memory only)",
+        after=("gpu", "kernel_log"),
+    ),
     Entry(
         "audit",
         _audit,
@@ -121,15 +145,35 @@ COLLECTORS: tuple[Entry, ...] = (
             c.policy,
             c.paths.sysfs,
         ),
+        source="sysfs (`class/infiniband`, `class/net`) and what the gpu and kernel_log collectors published",
         after=("gpu", "kernel_log"),
     ),
     Entry(
         "probes",
         _probes,
         inputs=lambda c: (c.collectors.probes, c.collectors.gpu.enabled, c.probing, c.probes),
+        source="subprocesses (nccl-tests, ib_write_bw, iperf3, ...) on the probes' schedule; "
+        "results kept in `probing.state_dir`",
     ),
 )
 NAMES = tuple(entry.name for entry in COLLECTORS)
+
+
+def collectors_markdown() -> str:
+    """The README's table of collectors."""
+    defaults = Config()
+    lines = [
+        "| collector | file | settings | default interval | reads |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for entry in COLLECTORS:
+        cls = get_type_hints(entry.build)["return"]
+        file = cls.__module__.removeprefix("clusterhealth.").replace(".", "/") + ".py"
+        interval = entry.settings(defaults).interval_seconds
+        lines.append(
+            f"| `{entry.name}` | `{file}` | `collectors.{entry.name}` | {interval:g} s | {entry.source} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _with_dependencies(names: Collection[str]) -> set[str]:
@@ -208,4 +252,4 @@ def collect_once(config: Config, only: Collection[str] | None = None) -> tuple[N
     return node, collectors.active
 
 
-__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once"]
+__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once", "collectors_markdown"]

@@ -149,6 +149,34 @@ def test_recent_critical_xid_in_the_kernel_log_is_critical(
     assert "79" in result.stdout
 
 
+@pytest.mark.parametrize("exit_codes", ["nagios", "npd"])
+def test_the_first_line_names_the_critical_problem_before_an_unknown(tmp_path: Path, exit_codes: str) -> None:
+    # A down port (CRITICAL) and an unreadable kernel log (gpu_xid UNKNOWN): the Slurm drain reason
+    # and the NPD message are this first line, and it must name the port, not the unknown.
+    unreadable = tmp_path / "kmsg.d"
+    unreadable.mkdir()
+    result = check(
+        "--format",
+        "line",
+        "--exit-codes",
+        exit_codes,
+        "--only",
+        "rdma_port_state|gpu_xid",
+        "--simulate",
+        str(HEALTHY),
+        "--sysfs-root",
+        str(CLUSTER_NODE),
+        "--kmsg-path",
+        str(unreadable),
+    )
+    assert result.returncode == (2 if exit_codes == "nagios" else 1)
+    assert result.stdout.splitlines()[0] == (
+        "CRITICAL: rdma_port_state mlx5_3/1: mlx5_3 port 1 (ibp94s0) is DOWN, physical state Polling; "
+        "expected ACTIVE, LinkUp: no link partner answers: check the cable, the transceiver and the "
+        "switch port (+1 more)"
+    )
+
+
 def test_npd_exit_codes(quiet_node: dict[str, str]) -> None:
     critical = check(
         "--exit-codes",

@@ -1,8 +1,13 @@
-"""The faulty scenario's exposition, end to end through the real command, against a golden file.
+"""The whole simulated node the demo runs, end to end through the real command, against a golden file.
 
-The scenario's clock is frozen at 600 s so the time-dependent values (energy, the GPU that falls
-off the bus at 45 s) are fixed. Run with CLUSTERHEALTH_UPDATE_GOLDEN=1 to rewrite the golden file
-after an intended change, and review the diff.
+The node is the faulty scenario's GPUs (clock frozen at 600 s, so energy and the GPU that falls off
+the bus at 45 s are fixed), the simulated sysfs with its HCA faults, the scenario's kernel log
+replayed into a kmsg file, and one probe result (a real nccl-tests capture replayed by `cat`
+through `clusterhealth probe run`). So every family the agent exports is in one golden file, and
+promtool lints them all there.
+
+Run with CLUSTERHEALTH_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change (the
+test then fails, so that a run in update mode never passes), and review the diff.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import subprocess
 import pytest
 import yaml
 
-from .conftest import GOLDEN, SCENARIOS, run_cli, samples
+from clusterhealth.agent.demo import kmsg_record
+from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
+
+from .conftest import FIXTURES, GOLDEN, SCENARIOS, run_cli, samples
 
 GOLDEN_FILE = GOLDEN / "h100-faulty.prom"
 
@@ -71,17 +80,31 @@ SPEC_REASONS = {
 
 @pytest.fixture(scope="module")
 def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("golden")
     data = yaml.safe_load((SCENARIOS / "h100-faulty.yaml").read_text())
     data["frozen_at_seconds"] = 600
-    path = tmp_path_factory.mktemp("golden") / "h100-faulty-frozen.yaml"
-    path.write_text(yaml.safe_dump(data))
-    kmsg = path.parent / "kmsg"
-    kmsg.write_text("")
-    empty_sysfs = path.parent / "sys"
-    empty_sysfs.mkdir()
-    result = run_cli(
-        "scrape", "--simulate", str(path), "--kmsg-path", str(kmsg), "--sysfs-root", str(empty_sysfs)
+    scenario = root / "h100-faulty-frozen.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    sim_sysfs.build(root / "sys")
+    parsed = nvml_sim.load_scenario(scenario)
+    kmsg = root / "kmsg"
+    kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(parsed.kernel_log, 1)))
+    capture = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
+    config = root / "clusterhealth.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                # GPU 0 of the scenario runs a NCCL job: the guard would skip the replayed probe.
+                "probing": {"state_dir": str(root / "state"), "check_gpus_idle": False},
+                "probes": [{"name": "nccl-allreduce", "argv": ["cat", str(capture)], "expect": "480 GB/s"}],
+            }
+        )
     )
+    node = ["--config", str(config), "--simulate", str(scenario)]
+    node += ["--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
+    probed = run_cli("probe", "run", "nccl-allreduce", *node)
+    assert probed.returncode == 0, probed.stdout + probed.stderr
+    result = run_cli("scrape", *node)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -94,6 +117,8 @@ def comparable(exposition: str) -> list[str]:
             (
                 "clusterhealth_scrape_collector_duration_seconds{",
                 "clusterhealth_check_last_run_timestamp_seconds{",
+                "clusterhealth_probe_last_run_timestamp_seconds{",
+                "clusterhealth_probe_duration_seconds{",
             )
         ):
             continue
@@ -105,6 +130,9 @@ def test_faulty_node_matches_the_golden_exposition(faulty_exposition: str) -> No
     got = comparable(faulty_exposition)
     if os.environ.get("CLUSTERHEALTH_UPDATE_GOLDEN"):
         GOLDEN_FILE.write_text("\n".join(got) + "\n")
+        pytest.fail(
+            f"rewrote {GOLDEN_FILE}: review the diff, then run again without CLUSTERHEALTH_UPDATE_GOLDEN"
+        )
     want = GOLDEN_FILE.read_text().splitlines()
     for n, (a, b) in enumerate(zip(got, want, strict=False), start=1):
         assert a == b, f"line {n} differs from {GOLDEN_FILE.name}"
@@ -150,7 +178,17 @@ def test_no_sample_is_a_placeholder_zero_for_a_missing_value(faulty_exposition: 
 
 
 def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: str) -> None:
-    units = ("_ratio", "_bytes", "_hertz", "_celsius", "_watts", "_total", "_info", "_seconds")
+    units = (
+        "_ratio",
+        "_bytes",
+        "_bytes_per_second",
+        "_hertz",
+        "_celsius",
+        "_watts",
+        "_total",
+        "_info",
+        "_seconds",
+    )
     unitless = {
         "clusterhealth_gpu_up",
         "clusterhealth_gpu_clocks_event_active",
@@ -165,6 +203,15 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_gpu_nvlink_up",
         "clusterhealth_scrape_collector_success",
         "clusterhealth_check_status",
+        "clusterhealth_rdma_port_state_id",
+        "clusterhealth_rdma_port_physical_state_id",
+        "clusterhealth_rdma_port_pma_saturated",
+        "clusterhealth_rdma_device_pcie_link_generation",
+        "clusterhealth_rdma_device_pcie_link_generation_max",
+        "clusterhealth_rdma_device_pcie_link_width",
+        "clusterhealth_rdma_device_pcie_link_width_max",
+        "clusterhealth_probe_success",
+        "clusterhealth_probe_wrong_values",
     }
     for name, labels in samples(faulty_exposition):
         assert "hostname" not in dict(labels) and "host" not in dict(labels)
