@@ -105,6 +105,7 @@ DGX_H100_BUS_IDS = [
 ]
 
 TOP_KEYS = {
+    "nvml_until_seconds",
     "system_hang",
     "description",
     "driver_version",
@@ -178,6 +179,8 @@ class Scenario:
     tour: tuple[tuple[float, str, str], ...] = ()
     # Calls that concern no GPU (nvmlInitWithFlags, nvmlDeviceGetCount_v2, ...) -> seconds they block.
     system_hang: Mapping[str, float] = field(default_factory=dict)
+    # When `nvml` is not ok: the time it becomes ok (the driver is loaded late); None: never.
+    nvml_until_seconds: float | None = None
 
 
 def load_scenario(path: str | Path, frozen_at_seconds: float | None = None) -> Scenario:
@@ -256,7 +259,12 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
         kernel_log=tuple(sorted(kernel_log)),
         tour=tuple(tour),
         system_hang=_system_hang(data.get("system_hang"), source),
+        nvml_until_seconds=_optional_seconds(data.get("nvml_until_seconds"), source, "nvml_until_seconds"),
     )
+
+
+def _optional_seconds(value: Any, source: str, key: str) -> float | None:
+    return None if value is None else float(_typed(value, (int, float), source, key))
 
 
 SYSTEM_CALLS = (
@@ -467,6 +475,9 @@ class SimulatedLibrary:
 
     def nvmlInitWithFlags(self, flags: Any) -> int:
         self._system_call("nvmlInitWithFlags")
+        until = self.scenario.nvml_until_seconds
+        if until is not None and self.now() >= until:
+            return pynvml.NVML_SUCCESS
         if self.scenario.nvml == "library_missing":
             return pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
         if self.scenario.nvml == "driver_not_loaded":
