@@ -234,7 +234,8 @@ class Collectors:
             sampler.run_once(timeout=sampler.timeout)
 
     def stop(self, wait: float = 2.0) -> None:
-        """Stop every sampler at once and give them `wait` seconds together to end."""
+        """Stop every sampler at once and give them `wait` seconds together to end (each closes
+        its collector as it ends; one hung in a driver call is left behind)."""
         samplers = list(self._samplers.values())
         for sampler in samplers:
             sampler.stop()

@@ -85,6 +85,9 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._last_error: str | None = None
         self._retired: list[Collector] = []  # replaced collectors, closed between runs
+        self._collector_started = False
+        self._collector_closed = False
+        self._abandoned = False  # a one-shot run given up at its timeout
         self._lock = threading.Lock()
         self.last_success_at: float | None = None  # wall clock
         self.last_success_monotonic: float | None = None
@@ -96,12 +99,13 @@ class Sampler:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the loop (again, after `stop`: a thread still in a hung run is reused)."""
-        self._stop.clear()
-        if not self.alive:
-            _start(self.collector)
-            self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.name}", daemon=True)
-            self._thread.start()
+        """Start the loop, or resume it after `stop`: a thread still in a hung run is reused."""
+        with self._lock:
+            self._stop.clear()
+            self._start_collector()
+            if not self.alive:
+                self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.name}", daemon=True)
+                self._thread.start()
 
     def reconfigure(
         self,
@@ -117,29 +121,51 @@ class Sampler:
         """
         with self._lock:
             if collector is not self.collector:
-                self._retired.append(self.collector)
-                self.collector = collector
-                _start(collector)
+                if not self._collector_closed:
+                    self._retired.append(self.collector)
+                self.collector, self._collector_started, self._collector_closed = collector, False, False
+                if self.alive and not self._stop.is_set():
+                    self._start_collector()
             self.interval, self.timeout, self.after = interval, timeout, tuple(after)
         self._wake.set()
 
+    def _start_collector(self) -> None:
+        if not self._collector_started:
+            _start(self.collector)
+            self._collector_started = True
+
     def stop(self) -> None:
-        """Ask the loop to end; a hung collector cannot be interrupted, so nobody waits for it."""
+        """Ask the loop to end; a hung collector cannot be interrupted, so nobody waits for it.
+
+        The loop closes its collectors when it ends, on its own thread."""
         self._stop.set()
         self._wake.set()
         self._settled.set()
 
     def join(self, deadline: float) -> None:
-        """Wait for the loop to end, until `deadline` (time.monotonic()); then close the collectors."""
+        """Wait for the loop to end, until `deadline` (time.monotonic())."""
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
-        if not self.alive:
-            self._close_retired()
-            _close(self.collector)
 
     def _loop(self) -> None:
-        if not self._wait_for_dependencies():
-            return
+        try:
+            if self._wait_for_dependencies():
+                self._run_until_stopped()
+        finally:
+            with self._lock:
+                self._retired, retired = [], self._retired
+                if self._stop.is_set():
+                    retired.append(self.collector)
+                    self._collector_started, self._collector_closed = False, True
+                else:  # resumed (`start`) while this loop was ending: carry on in a new thread
+                    self._thread = threading.Thread(
+                        target=self._loop, name=f"sampler-{self.name}", daemon=True
+                    )
+                    self._thread.start()
+            for collector in retired:
+                _close(collector)
+
+    def _run_until_stopped(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             self.run_once()
@@ -179,6 +205,7 @@ class Sampler:
 
         threading.Thread(target=work, name=f"once-{self.name}", daemon=True).start()
         if not finished.wait(timeout):
+            self._abandoned = True
             self._settled.set()
             return Snapshot((), False, timeout, time.time(), time.monotonic(), self.status().reason, 0)
         assert self._snapshot is not None
@@ -253,7 +280,7 @@ class Sampler:
     def status(self, now: float | None = None) -> Status:
         now = time.monotonic() if now is None else now
         snapshot, running_since = self._snapshot, self._running_since
-        if running_since is not None and now - running_since > self.timeout:
+        if running_since is not None and (self._abandoned or now - running_since > self.timeout):
             return Status(
                 self.name,
                 False,

@@ -280,7 +280,7 @@ def test_sighup_during_a_hung_nvml_call_leaks_no_thread(
         config_path.write_text(yaml.safe_dump(_fast(gpu={"timeout_seconds": 1 + n % 2})))
         agent.signal(signal.SIGHUP)
         agent.wait_for(lambda k=n + 1: agent.log().count("configuration reloaded") == k, what="reload")
-    assert _threads(agent.proc.pid) <= before
+    agent.wait_for(lambda: _threads(agent.proc.pid) <= before, timeout=10, what="no thread leak")
     reason = agent.health()["collectors"]["gpu"]["reason"]
     age = float(reason.split("running for ")[1].split("s")[0])
     assert age >= 2, reason  # the age of the one hung call, not of a fresh one started by a reload
@@ -337,3 +337,42 @@ def test_reload_keeps_a_collector_whose_inputs_did_not_change(
         nvml_sim.uninstall()
     assert after["rdma"] is not before["rdma"]
     assert all(after[name] is before[name] for name in NAMES if name != "rdma")
+
+
+class Recording:
+    """A collector that records its lifecycle: the sampler's contract with every collector."""
+
+    def __init__(self, name: str, events: list[str]) -> None:
+        self.name, self.events = name, events
+
+    def start(self) -> None:
+        self.events.append(f"start {self.name}")
+
+    def collect(self) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        self.events.append(f"close {self.name}")
+
+
+def test_a_sampler_starts_and_closes_each_collector_once() -> None:
+    from clusterhealth.agent.sampling import Sampler
+
+    events: list[str] = []
+    sampler = Sampler(Recording("a", events), 0.5, 1)
+    sampler.start()
+    sampler.start()  # resuming a running sampler starts nothing twice
+    sampler.reconfigure(Recording("b", events), 0.5, 1)
+    deadline = time.monotonic() + 5
+    while "close a" not in events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    sampler.join(time.monotonic() + 5)
+    assert events == ["start a", "start b", "close a", "close b"]
+    # Enabled again after a stop: a new collector, started once, in a new loop.
+    sampler.reconfigure(Recording("c", events), 0.5, 1)
+    sampler.start()
+    sampler.stop()
+    sampler.join(time.monotonic() + 5)
+    assert events[4:] == ["start c", "close c"]
+    assert not sampler.alive
