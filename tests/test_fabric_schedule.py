@@ -1,0 +1,240 @@
+"""The pairwise schedule: perfect matchings every member derives alone, and the confirming rematch."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterhealth.checks.fabric.members import parse_members
+from clusterhealth.checks.fabric.schedule import (
+    MembershipError,
+    Played,
+    RoundTiming,
+    Schedule,
+    plan,
+    round_at,
+)
+
+names = st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True), min_size=2, max_size=40, unique=True)
+seeds = st.text(min_size=0, max_size=12)
+rounds = st.integers(min_value=0, max_value=10**9)
+
+
+@given(names, seeds, rounds)
+def test_every_round_is_a_perfect_matching(members: list[str], seed: str, r: int) -> None:
+    matching = Schedule(members, seed).matching(r)
+    met = [n for p in matching.pairs for n in (p.server, p.client)]
+    assert len(met) == len(set(met)), "a member meets twice in one round"
+    left = set(members) - set(met)
+    if len(members) % 2 == 0:
+        assert left == set() and matching.sitting_out is None
+    else:
+        assert left == {matching.sitting_out}
+
+
+@given(names, seeds, rounds)
+@settings(max_examples=60)
+def test_every_pair_meets_once_in_any_cycle_of_rounds(members: list[str], seed: str, start: int) -> None:
+    schedule = Schedule(members, seed)
+    n = len(members)
+    assert schedule.cycle == (n - 1 if n % 2 == 0 else n)
+    met = [
+        frozenset((p.server, p.client))
+        for r in range(start, start + schedule.cycle)
+        for p in schedule.matching(r).pairs
+    ]
+    assert len(met) == len(set(met)) == n * (n - 1) // 2
+
+
+@given(names, seeds, rounds, st.randoms(use_true_random=False))
+def test_every_member_computes_the_same_matching(members: list[str], seed: str, r: int, rnd: object) -> None:
+    # Each agent reads the member list in its own order (a file re-written by another tool, a
+    # different inventory order) and asks only about itself.
+    reference = Schedule(members, seed).matching(r)
+    expected = {p.server: p for p in reference.pairs} | {p.client: p for p in reference.pairs}
+    for node in members:
+        shuffled = list(members)
+        rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+        assert Schedule(shuffled, seed).partner(node, r) == expected.get(node)
+
+
+@given(names, seeds, rounds)
+def test_roles_are_complementary_and_alternate_between_cycles(members: list[str], seed: str, r: int) -> None:
+    schedule = Schedule(members, seed)
+    for pair in schedule.matching(r).pairs:
+        assert schedule.partner(pair.server, r) == pair == schedule.partner(pair.client, r)
+        assert pair.role_of(pair.server) == "server" and pair.role_of(pair.client) == "client"
+        again = schedule.partner(pair.server, r + schedule.cycle)
+        assert again is not None and again.server == pair.client, "same direction two cycles running"
+
+
+def test_schedule_is_the_same_in_another_process_with_another_hash_seed() -> None:
+    members = [f"gpu-{i:03d}" for i in range(37)]
+    here = [Schedule(members, "fabric").matching(r) for r in range(40)]
+    code = (
+        "from clusterhealth.checks.fabric.schedule import Schedule\n"
+        f"s = Schedule({members!r}, 'fabric')\n"
+        "for r in range(40):\n"
+        "    m = s.matching(r)\n"
+        "    print(m.sitting_out, ' '.join(p.server + '>' + p.client for p in m.pairs))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout.splitlines()
+    assert out == [f"{m.sitting_out} " + " ".join(f"{p.server}>{p.client}" for p in m.pairs) for m in here]
+
+
+def test_the_seed_changes_the_pairing_and_neighbours_are_not_paired_first() -> None:
+    members = [f"n{i:02d}" for i in range(16)]
+    a, b = Schedule(members, "fabric"), Schedule(members, "storage")
+    assert [a.matching(r) for r in range(15)] != [b.matching(r) for r in range(15)]
+    first = {frozenset((p.server, p.client)) for p in a.matching(0).pairs}
+    neighbours = {frozenset(pair) for pair in itertools.pairwise(members)}
+    assert len(first & neighbours) < 4
+
+
+def test_small_groups() -> None:
+    assert Schedule(["solo"], "g").matching(7).sitting_out == "solo"
+    assert Schedule(["solo"], "g").partner("solo", 7) is None
+    assert Schedule([], "g").matching(0).pairs == ()
+    two = Schedule(["a", "b"], "g")
+    assert all(two.partner("a", r) is not None for r in range(5))
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        (["h1", "h2", "h1"], "listed twice: h1"),
+        (["h1", ""], "member ''"),
+        (["h1", "h 2"], "member 'h 2'"),
+    ],
+)
+def test_bad_members_are_named(members: list[str], message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        Schedule(members, "g")
+
+
+def test_a_member_that_left_or_is_not_listed_plans_nothing() -> None:
+    schedule = Schedule(["h1", "h2", "h3", "h4"], "g")
+    assert plan(schedule, "h9", 3, {}).partner is None
+    assert plan(schedule, "h9", 3, {}).why == "not a member of the group"
+
+
+@given(st.integers(min_value=2, max_value=30), rounds)
+def test_membership_change_mid_cycle_gives_a_perfect_matching_at_once(n: int, r: int) -> None:
+    before = [f"h{i}" for i in range(n)]
+    for after in ([*before, "joined"], before[1:]):
+        matching = Schedule(after, "g").matching(r)
+        met = [x for p in matching.pairs for x in (p.server, p.client)]
+        assert len(met) == len(set(met)) and set(met) | {matching.sitting_out} >= set(after)
+
+
+# --- the confirming rematch --------------------------------------------------------------------
+
+
+def _played(schedule: Schedule, node: str, r: int, short: bool | None, rematch: bool = False) -> Played:
+    pair = schedule.partner(node, r)
+    if pair is None:  # sits out (odd group): nothing measured
+        return Played(r, None, None, False, None)
+    return Played(r, pair.other(node), pair.role_of(node), rematch, short)
+
+
+def _history(schedule: Schedule, node: str, shorts: dict[int, bool | None]) -> dict[int, Played]:
+    return {r: _played(schedule, node, r, s) for r, s in shorts.items()}
+
+
+@given(st.integers(min_value=4, max_value=40), rounds)
+def test_both_ends_of_a_short_meeting_plan_the_same_rematch(n: int, r: int) -> None:
+    schedule = Schedule([f"h{i}" for i in range(n)], "g")
+    pair = schedule.partner("h0", r)
+    if pair is None:
+        return
+    a, b = pair.server, pair.client
+    plans = [plan(schedule, x, r + 2, _history(schedule, x, {r: True, r + 1: False})) for x in (a, b)]
+    assert [p.partner for p in plans] == [b, a]
+    assert [p.role for p in plans] == ["server", "client"], "the rematch keeps the direction"
+    assert all(p.rematch for p in plans)
+    # Their regular partners of r + 2 plan to meet them and will find them absent: skipped.
+    for x in (a, b):
+        displaced = schedule.partner(x, r + 2)
+        if displaced is not None and displaced.other(x) not in (a, b):
+            other = displaced.other(x)
+            assert plan(schedule, other, r + 2, {}).partner == x
+            assert not plan(schedule, other, r + 2, {}).rematch
+
+
+def test_no_rematch_after_two_short_meetings_in_a_row_nor_of_a_rematch() -> None:
+    schedule = Schedule([f"h{i}" for i in range(8)], "g")
+    suspect = _history(schedule, "h0", {10: True, 11: True})
+    assert not plan(schedule, "h0", 12, suspect).rematch
+    pair = schedule.partner("h0", 10)
+    assert pair is not None
+    confirming = {10: Played(10, pair.other("h0"), pair.role_of("h0"), True, True)}
+    assert not plan(schedule, "h0", 12, confirming).rematch
+    skipped_between = _history(schedule, "h0", {10: True, 11: None})
+    assert plan(schedule, "h0", 12, skipped_between).rematch
+
+
+def test_a_rematch_with_a_member_that_left_is_dropped() -> None:
+    before = Schedule(["h0", "h1", "h2", "h3"], "g")
+    history = _history(before, "h0", {10: True, 11: False})
+    gone = history[10].partner
+    after = Schedule([n for n in before.members if n != gone], "g")
+    assert plan(after, "h0", 12, history).partner != gone
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def test_round_timing_tolerates_the_skew_it_is_built_for() -> None:
+    timing = RoundTiming(period=60, run_seconds=12, skew=5)
+    assert timing.problem() is None
+    for server_offset, client_offset in itertools.product((-2.5, 0, 2.5), repeat=2):
+        # Offsets of each clock from true time; their difference is at most the skew.
+        server_listens = 0 + timing.server_start - server_offset
+        client_first_try = timing.grace - client_offset
+        client_last_try = timing.connect_until - client_offset
+        server_gives_up = timing.accept_until - server_offset
+        assert client_first_try >= server_listens + timing.startup
+        assert client_last_try <= server_gives_up
+        assert timing.deadline - server_offset + 2.5 <= timing.period
+    assert "period of at least" in (RoundTiming(period=20, run_seconds=12, skew=5).problem() or "")
+    assert round_at(119.99, 60) == 1 and round_at(120, 60) == 2
+
+
+# --- the inventory file ------------------------------------------------------------------------
+
+
+def test_members_file_reads_names_and_addresses() -> None:
+    assert parse_members("h1: 10.0.0.1\nh2: 10.0.0.2\nh3: node-3.example\n") == {
+        "h1": "10.0.0.1",
+        "h2": "10.0.0.2",
+        "h3": "node-3.example",
+    }
+    assert parse_members("") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("h1: 10.0.0.1\nh2: 10.0.0.2\nh1: 10.0.0.3\n", "line 3: member 'h1' listed twice .first on line 1"),
+        ("h1: 10.0.0.1\nh2: 10.0.0.1\n", "members h1 and h2 have the same address 10.0.0.1"),
+        ("h1:\n", "member h1: expected an IP address or a host name, got None"),
+        ("- h1\n- h2\n", "expected a mapping of node name to address"),
+        ("h1: [10.0.0.1\n", "not valid YAML"),
+        ("'h 1': 10.0.0.1\n", "member 'h 1'"),
+    ],
+)
+def test_members_file_problems_are_named(text: str, message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        parse_members(text)
