@@ -105,7 +105,7 @@ class Schedule:
         self.seed = seed
         self.members: tuple[str, ...] = tuple(sorted(listed))
         # The shuffled circle; None is the placeholder that gives N odd a sit-out.
-        order: list[str | None] = sorted(self.members, key=lambda n: _digest(seed, "order", n))
+        order: list[str | None] = [*sorted(self.members, key=lambda n: _digest(seed, "order", n))]
         if len(order) % 2:
             order.append(None)
         self._order = tuple(order)
