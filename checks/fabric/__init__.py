@@ -1,6 +1,6 @@
 """Fabric tomography: pairwise probe groups, pure parts.
 
-* ``schedule``: who meets whom in which round, with which role, and the confirming rematch; every
+* ``schedule``: who meets whom in which round, with which role, and the confirming meeting; every
   agent of a group derives the same answer from (members, round, seed) with no coordinator.
 * ``analysis``: from the results read back from Prometheus, which host or which path between two
   hosts is the suspect.

@@ -15,27 +15,31 @@ different Python versions agree, and neighbours in the member list are not paire
 In each pair one side serves and the other connects. Which one is a per-pair bit from the same
 hash, flipped every cycle: a pair is measured in both directions over two cycles.
 
-**The confirming rematch.** Both ends of a meeting know its result (they ran it together), so a
-meeting that fell short can be repeated without anyone else taking part. The rule, applied by each
-end to its own history only:
+**The confirming meeting.** Both ends of a meeting know its result (they ran it together), so a
+meeting that fell short can be repeated without anyone else taking part. A round has two slots:
+the regular meeting first, then a confirming slot. The rule, applied by each end to its own
+results only:
 
-    a *regular* meeting of round r that fell short is played again in round r + 2, same partner,
-    same roles, on the group's rematch port, unless this end's own meeting of round r + 1 fell
-    short too.
+    a regular meeting of round r that fell short is played again in the confirming slot of round
+    r + 1, same partner, same roles, on the group's rematch port, unless this end's own regular
+    meeting of round r + 1 fell short too.
 
-The exception is what keeps a bad host from being re-tested pair by pair: a node whose meetings
-fall short with two partners in a row is more likely the culprit than either path, and the host
-rule (analysis.py) names it from its regular meetings. A rematch is never itself rematched, and a
-node can have at most one short regular meeting per round, so two rematches never compete for a
+The exception keeps a bad host from being re-tested pair by pair: a node whose meetings fall
+short with two partners in a row is more likely the culprit than either path, and the host rule
+(analysis.py) names it from its regular meetings. A confirming meeting is never itself confirmed,
+and a node has one regular meeting per round, so it has at most one confirming meeting per
 round. Both ends apply the rule to the same facts (the meeting's result, which both measured) and
-reach the same decision; when they do not (one end's own r + 1 fell short, or their expectations
-put the same figure on either side of the threshold) the one that comes to the rematch finds its
+reach the same decision; when they do not (one end's own r + 1 fell short, it is busy, or their
+expectations put the same figure on either side of the threshold) the end that comes finds its
 partner absent and records ``skipped``: a disagreement costs a data point, never a false result.
 
-The rematch displaces both ends' regular partners of round r + 2. They cannot know it; they find
-their partner absent (not serving, never connecting) and record ``skipped``. The rematch uses its
-own port so that a displaced client can never connect into it and be measured against the wrong
-node, and a server checks that the client it accepted is the partner it expects.
+Because the confirming meeting has a slot of its own, it displaces nobody's regular meeting. (A
+first design replayed the pair in place of a later regular round; simulating it showed that a bad
+host's partners, each asking for a replay, then starve the same "shadow" node round after round:
+in the circle method the partner of H two rounds ago always meets the same node relative to H.)
+The confirming slot uses its own port, so a late client of the regular slot can never connect into
+it and be measured against the wrong node, and a server checks that the client it accepted is the
+partner it expects.
 
 Pure: nothing here reads a clock or the network.
 """
@@ -176,29 +180,27 @@ def round_start(round: int, period: float) -> float:
 class RoundTiming:
     """When each side acts within a round, as offsets from the round's start on its own clock.
 
-    With clocks that differ by up to ``skew`` seconds between any two members:
+    A round has two slots of equal length, the regular meeting's and the confirming meeting's.
+    Within a slot, with clocks that differ by up to ``skew`` seconds between any two members:
 
-    * the server starts listening at once (``server_start``, 0);
+    * the server starts listening at the slot's start;
     * the client first connects ``grace`` = skew + startup seconds in, by which time a server on a
       clock ``skew`` behind has started; it retries a refused connection (a server still starting)
       until ``connect_until`` = grace + skew + startup, then records its partner absent;
     * the server stops waiting for a client at ``accept_until`` = connect_until + skew, which covers
-      a client on a clock ``skew`` behind it, and is stopped by ``deadline``, after the runs;
-    * the round is over, on every clock, before the next one starts: deadline + skew <= period.
+      a client on a clock ``skew`` behind it, and is stopped at ``slot_deadline``, after the runs;
+    * the next slot starts ``skew`` after that deadline, so the two never overlap on any two clocks,
+      and the round is over on every clock before the next one starts.
 
-    A round may hold several runs (a rematch's confirming runs): the client starts each one as soon
-    as the previous ended, the server serves them one after the other.
+    A confirming meeting may hold several runs (``confirm_runs``); the client starts each one as
+    soon as the previous ended, the server serves them one after the other.
     """
 
     period: float
     run_seconds: float  # the longest one run may take (the probe's own duration and set-up)
     skew: float = 5.0
     startup: float = 2.0  # time for the idle guard, the lock and the server process to start
-    runs: int = 1
-
-    @property
-    def server_start(self) -> float:
-        return 0.0
+    confirm_runs: int = 1
 
     @property
     def grace(self) -> float:
@@ -212,68 +214,83 @@ class RoundTiming:
     def accept_until(self) -> float:
         return self.connect_until + self.skew
 
+    def slot_deadline(self, confirming: bool = False) -> float:
+        """When the slot's server is stopped, from the slot's start."""
+        runs = self.confirm_runs if confirming else 1
+        return self.accept_until + runs * (self.run_seconds + self.startup)
+
     @property
-    def deadline(self) -> float:
-        return self.accept_until + self.runs * (self.run_seconds + self.startup)
+    def confirm_start(self) -> float:
+        """The confirming slot's start, from the round's start."""
+        return self.slot_deadline() + self.skew
+
+    @property
+    def round_length(self) -> float:
+        """Both slots, and the skew that keeps the next round's start clear of them."""
+        return self.confirm_start + self.slot_deadline(confirming=True) + self.skew
 
     def problem(self) -> str | None:
         """None when the round fits its period; otherwise what is needed."""
-        if self.period <= 0 or self.run_seconds <= 0 or self.skew < 0 or self.runs < 1:
+        if self.period <= 0 or self.run_seconds <= 0 or self.skew < 0 or self.confirm_runs < 1:
             return "a positive period and run time, a skew of at least 0 and at least one run"
-        need = self.deadline + self.skew
-        if need > self.period:
+        if self.round_length > self.period:
             return (
-                f"a period of at least {need:g} s for runs of {self.run_seconds:g} s with {self.skew:g} s "
-                f"of clock skew ({self.runs} run{'s' if self.runs > 1 else ''} per round)"
+                f"a period of at least {self.round_length:g} s for runs of {self.run_seconds:g} s with "
+                f"{self.skew:g} s of clock skew and {self.confirm_runs} confirming run"
+                f"{'s' if self.confirm_runs > 1 else ''}"
             )
         return None
 
 
-# --- the confirming rematch --------------------------------------------------------------------
+# --- the confirming meeting -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Played:
-    """What one node recorded for one round of a group: the facts its rematch decisions read."""
+    """What one node recorded for its regular meeting of one round: what its decisions read."""
 
     round: int
-    partner: str | None  # None: sat out (odd group, busy) or not a member
+    partner: str | None  # None: sat out (odd group) or not a member
     role: Role | None
-    rematch: bool
     short: bool | None  # fell short (degraded, failed, timed out); None: skipped, nothing measured
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """What one node does in one round."""
+    """One meeting a node plans in one slot of one round."""
 
     round: int
-    partner: str | None
+    partner: str | None  # None: nothing to do in this slot
     role: Role | None
-    rematch: bool  # the confirming second meeting of the pair's short meeting two rounds before
-    why: str  # one phrase for a log line: "regular", "rematch of round 41", "sits out (odd group)"
+    confirming: bool  # the confirming slot: replays the pair's short meeting of the round before
+    why: str  # one phrase for a log line: "regular", "confirms round 41", "sits out (odd group)"
 
 
-def plan(schedule: Schedule, node: str, round: int, history: Mapping[int, Played]) -> Assignment:
-    """``node``'s meeting in ``round``, from the schedule and its own results of the two rounds before.
-
-    See the module docstring for the rule. The partner's history is not needed: it holds the same
-    facts about their common meeting.
-    """
+def regular(schedule: Schedule, node: str, round: int) -> Assignment:
+    """``node``'s regular meeting in ``round``."""
     if node not in schedule:
         return Assignment(round, None, None, False, "not a member of the group")
-    before, last = history.get(round - 2), history.get(round - 1)
-    if (
-        before is not None
-        and before.partner is not None
-        and before.role is not None
-        and not before.rematch
-        and before.short
-        and before.partner in schedule
-        and not (last is not None and last.short)
-    ):
-        return Assignment(round, before.partner, before.role, True, f"rematch of round {round - 2}")
     pair = schedule.partner(node, round)
     if pair is None:
         return Assignment(round, None, None, False, "sits out (odd number of members)")
     return Assignment(round, pair.other(node), pair.role_of(node), False, "regular")
+
+
+def confirming(schedule: Schedule, node: str, round: int, history: Mapping[int, Played]) -> Assignment | None:
+    """``node``'s confirming meeting in ``round``, decided after its regular meeting of ``round``.
+
+    ``history`` holds the node's own regular meetings, ``round - 1`` and ``round`` at least. The
+    partner's history is not needed: it holds the same facts about their common meeting.
+    """
+    before, now = history.get(round - 1), history.get(round)
+    if (
+        node in schedule
+        and before is not None
+        and before.partner is not None
+        and before.role is not None
+        and before.short
+        and before.partner in schedule
+        and not (now is not None and now.short)
+    ):
+        return Assignment(round, before.partner, before.role, True, f"confirms round {round - 1}")
+    return None
