@@ -527,18 +527,24 @@ def render_table(analysis: Analysis) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SHOWN = 4  # meetings listed in a table row; the JSON has them all
+
+
 def _row(s: Suspect) -> tuple[str, ...]:
     e = s.evidence
+    shown = e["meetings"][:_SHOWN]
     shorts = ", ".join(
-        f"{m['peer']} {m['ratio']:.2f}" if m["ratio"] is not None else f"{m['peer']} failed"
-        for m in e["meetings"]
+        f"{m['peer']} {m['ratio']:.2f}" if m["ratio"] is not None else f"{m['peer']} failed" for m in shown
     )
+    if len(e["meetings"]) > _SHOWN:
+        shorts += f" and {len(e['meetings']) - _SHOWN} more"
     if s.kind == "host":
         text = f"short with {shorts}"
     else:
         fine = ", ".join(f"{k} fine with {v}" for k, v in e["fine_partners"].items())
         ratios = ", ".join(f"{m['ratio']:.2f}" if m["ratio"] is not None else "failed" for m in e["meetings"])
-        text = f"{len(e['meetings'])} meetings short ({ratios}); {fine} others"
+        count = len(e["meetings"])
+        text = f"{count} meeting{'s' if count > 1 else ''} short ({ratios}); {fine} others"
     if "why_unconfirmed" in e:
         text += f" [{e['why_unconfirmed']}]"
     ratio = e.get("median_ratio")
@@ -548,7 +554,7 @@ def _row(s: Suspect) -> tuple[str, ...]:
         s.kind,
         f"{ratio:.2f}" if isinstance(ratio, float) else "-",
         text,
-        ",".join(str(r) for r in rounds[:6]) + ("..." if len(rounds) > 6 else ""),
+        f"{rounds[0]}-{rounds[-1]}" if len(rounds) > 2 else ",".join(str(r) for r in rounds),
         e["first_seen"],
         e["last_seen"] + (" (ongoing)" if e.get("ongoing") else ""),
     )
