@@ -189,8 +189,9 @@ class RoundTiming:
       until ``connect_until`` = grace + skew + startup, then records its partner absent;
     * the server stops waiting for a client at ``accept_until`` = connect_until + skew, which covers
       a client on a clock ``skew`` behind it, and is stopped at ``slot_deadline``, after the runs;
-    * the next slot starts ``skew`` after that deadline, so the two never overlap on any two clocks,
-      and the round is over on every clock before the next one starts.
+    * the confirming slot starts at mid-round, and at least ``skew`` after the regular slot's
+      deadline, so the two never overlap on any two clocks; the round is over on every clock
+      before the next one starts.
 
     A confirming meeting may hold several runs (``confirm_runs``); the client starts each one as
     soon as the previous ended, the server serves them one after the other.
@@ -221,13 +222,19 @@ class RoundTiming:
 
     @property
     def confirm_start(self) -> float:
-        """The confirming slot's start, from the round's start."""
-        return self.slot_deadline() + self.skew
+        """The confirming slot's start, from the round's start: mid-round when the period allows.
+
+        Mid-round because a node exports one partner's result at a time: the regular result is
+        replaced by the confirming one, and each must stay long enough for Prometheus to scrape it.
+        """
+        earliest = self.slot_deadline() + self.skew
+        latest = self.period - self.slot_deadline(confirming=True) - self.skew
+        return max(earliest, min(self.period / 2, latest))
 
     @property
     def round_length(self) -> float:
-        """Both slots, and the skew that keeps the next round's start clear of them."""
-        return self.confirm_start + self.slot_deadline(confirming=True) + self.skew
+        """The shortest period that holds both slots, each clear of the other under the skew."""
+        return self.slot_deadline() + self.skew + self.slot_deadline(confirming=True) + self.skew
 
     def problem(self) -> str | None:
         """None when the round fits its period; otherwise what is needed."""

@@ -150,3 +150,75 @@ def meeting_round(schedule: Schedule, a: str, b: str, after: int) -> int:
         if pair is not None and pair.other(a) == b:
             return r
     raise ValueError(f"{a} and {b} never meet")
+
+
+def exposition_history(
+    probe: str,
+    rounds: Sequence[Round],
+    period: float,
+    nodes: Sequence[str],
+    *,
+    scrape_interval: float = 15.0,
+    job: str = "clusterhealth",
+    node_info: bool = True,
+) -> dict[str, list[str]]:
+    """What Prometheus would have scraped from every node's agent, as OpenMetrics sample lines
+    per family (for ``promtool tsdb create-blocks-from openmetrics``).
+
+    Each node exports its current round's result with the partner's name as ``peer``: the regular
+    meeting's from ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from
+    mid-round, and nothing for a round it skipped. Both ends export a meeting.
+    """
+    results: dict[tuple[str, int], list[tuple[float, str, float, bool]]] = {}
+    for rnd in rounds:
+        for m in rnd.meetings:
+            at = (period / 2 if m.confirming else 0.0) + ROUND_REPORT_DELAY
+            for node, peer in ((m.client, m.server), (m.server, m.client)):
+                results.setdefault((node, rnd.round), []).append((at, peer, m.bandwidth, not m.short))
+    families: dict[str, list[str]] = {
+        "clusterhealth_node_info": [],
+        "clusterhealth_probe_round": [],
+        "clusterhealth_probe_bandwidth_bytes_per_second": [],
+        "clusterhealth_probe_peer_success": [],
+    }
+    if not rounds:
+        return families
+    start = rounds[0].round * period + ROUND_REPORT_DELAY
+    end = (rounds[-1].round + 1) * period
+    steps = int((end - start) // scrape_interval)
+    for node in nodes:
+        target = f'instance="{node}:9845",job="{job}"'
+        for i in range(steps + 1):
+            t = start + i * scrape_interval
+            if node_info:
+                families["clusterhealth_node_info"].append(
+                    f'clusterhealth_node_info{{{target},node="{node}"}} 1 {t:.3f}'
+                )
+            current = int((t - ROUND_REPORT_DELAY) // period)
+            families["clusterhealth_probe_round"].append(
+                f'clusterhealth_probe_round{{{target},probe="{probe}"}} {current} {t:.3f}'
+            )
+            shown = [r for r in results.get((node, current), []) if t >= current * period + r[0]]
+            if not shown:
+                continue
+            _, peer, bandwidth, success = shown[-1]
+            labels = f'{target},peer="{peer}",probe="{probe}"'
+            families["clusterhealth_probe_bandwidth_bytes_per_second"].append(
+                f"clusterhealth_probe_bandwidth_bytes_per_second{{{labels}}} {bandwidth:.1f} {t:.3f}"
+            )
+            families["clusterhealth_probe_peer_success"].append(
+                f"clusterhealth_probe_peer_success{{{labels}}} {1 if success else 0} {t:.3f}"
+            )
+    return families
+
+
+def openmetrics(families: dict[str, list[str]]) -> str:
+    """One OpenMetrics document from ``exposition_history`` results (several groups merged)."""
+    out = []
+    for name, lines in families.items():
+        out.append(f"# TYPE {name} gauge")
+        # promtool wants each series' samples once and in time order; node_info comes once per group.
+        series = (line.rsplit(" ", 2) for line in dict.fromkeys(lines))
+        out.extend(" ".join(parts) for parts in sorted(series, key=lambda p: (p[0], float(p[2]))))
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
