@@ -38,7 +38,7 @@ class Fleet:
     jitter: float = 0.05
     p_busy: float = 0.01
     threshold: float = 0.8
-    confirm_runs: int = 2
+    confirm_runs: int = 3
     bad_hosts: dict[str, float] = field(default_factory=dict)  # node -> factor
     bad_paths: dict[frozenset[str], float] = field(default_factory=dict)  # {a, b} -> factor
 
