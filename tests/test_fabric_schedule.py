@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from clusterhealth.checks.fabric.members import parse_members
 from clusterhealth.checks.fabric.schedule import (
+    CONFIRM_ATTEMPTS,
     MembershipError,
     Played,
     RoundTiming,
@@ -154,20 +155,30 @@ def _history(schedule: Schedule, node: str, shorts: dict[int, bool | None]) -> d
     return {r: _played(schedule, node, r, s) for r, s in shorts.items()}
 
 
-@given(st.integers(min_value=2, max_value=40), rounds, st.sampled_from([False, None]))
+@given(
+    st.integers(min_value=2, max_value=40), rounds, st.integers(min_value=0, max_value=CONFIRM_ATTEMPTS - 1)
+)
 def test_both_ends_of_a_short_meeting_plan_the_same_confirming_meeting(
-    n: int, r: int, next_round: bool | None
+    n: int, r: int, busy_rounds: int
 ) -> None:
+    # Both ends fine in the rounds after, each busy (or partner-less) in the first ``busy_rounds``.
     schedule = Schedule([f"h{i}" for i in range(n)], "g")
+    at = r + 1 + busy_rounds
     for pair in schedule.matching(r).pairs:
         a, b = pair.server, pair.client
-        plans = [
-            confirming(schedule, x, r + 1, _history(schedule, x, {r: True, r + 1: next_round}))
-            for x in (a, b)
-        ]
+        if schedule.partner(a, at) is None or schedule.partner(b, at) is None:
+            continue  # an end sits out that round (odd group): it has nothing to vouch with
+        plans = []
+        for x in (a, b):
+            shorts: dict[int, bool | None] = {r: True}
+            shorts |= {t: None for t in range(r + 1, at)} | {at: False}
+            history = _history(schedule, x, shorts)
+            history[r] = Played(r, pair.other(x), pair.role_of(x), True)
+            assert all(confirming(schedule, x, t, history) is None for t in range(r + 1, at))
+            plans.append(confirming(schedule, x, at, history))
         assert [p.partner if p else None for p in plans] == [b, a]
         assert [p.role if p else None for p in plans] == ["server", "client"], "the direction is kept"
-        assert all(p is not None and p.confirming for p in plans)
+        assert all(p is not None and p.confirming and p.round == at for p in plans)
 
 
 @given(st.integers(min_value=2, max_value=40), rounds)
@@ -178,11 +189,36 @@ def test_a_fine_meeting_is_not_confirmed(n: int, r: int) -> None:
         assert confirming(schedule, node, r + 1, _history(schedule, node, {r: None, r + 1: None})) is None
 
 
-def test_no_confirming_meeting_after_two_short_meetings_in_a_row() -> None:
-    # The node is the likelier culprit: the host rule will name it; its partner finds it absent.
+def test_no_confirming_meeting_unless_this_rounds_own_meeting_was_fine() -> None:
+    # Short again: the node is the likelier culprit, the host rule will name it; its partner finds
+    # it absent. Busy: it cannot vouch for itself this round, and tries again the next.
     schedule = Schedule([f"h{i}" for i in range(8)], "g")
     assert confirming(schedule, "h0", 11, _history(schedule, "h0", {10: True, 11: True})) is None
-    assert confirming(schedule, "h0", 11, _history(schedule, "h0", {10: True, 11: None})) is not None
+    assert confirming(schedule, "h0", 11, _history(schedule, "h0", {10: True, 11: None})) is None
+    assert (
+        confirming(schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: None, 12: False})) is not None
+    )
+    assert (
+        confirming(schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: True, 12: False})) is not None
+    )
+    assert confirming(
+        schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: True, 12: False})
+    ).partner == (
+        schedule.partner("h0", 11).other("h0")  # type: ignore[union-attr]
+    ), "the latest short meeting is the one confirmed"
+
+
+def test_a_confirming_meeting_that_did_not_happen_is_tried_again_then_given_up() -> None:
+    schedule = Schedule([f"h{i}" for i in range(8)], "g")
+    history = _history(schedule, "h0", {10: True, 11: False, 12: False, 13: False, 14: False})
+    partner, role = history[10].partner, history[10].role
+    absent = {t: Played(t, partner, role, None) for t in (11, 12)}
+    assert confirming(schedule, "h0", 11, history) is not None
+    assert confirming(schedule, "h0", 12, history, {11: absent[11]}) is not None
+    assert confirming(schedule, "h0", 13, history, absent) is not None
+    assert confirming(schedule, "h0", 10 + CONFIRM_ATTEMPTS + 1, history, absent) is None
+    measured = {11: Played(11, partner, role, False)}
+    assert confirming(schedule, "h0", 12, history, measured) is None, "confirmed (fine) already"
 
 
 def test_a_confirming_meeting_with_a_member_that_left_is_dropped() -> None:

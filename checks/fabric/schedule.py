@@ -21,12 +21,17 @@ the regular meeting first, then a confirming slot. The rule, applied by each end
 results only:
 
     a regular meeting of round r that fell short is played again in the confirming slot of round
-    r + 1, same partner, same roles, on the group's rematch port, unless this end's own regular
-    meeting of round r + 1 fell short too.
+    r + 1, same partner, same roles, on the group's rematch port, if this end's own regular
+    meeting of round r + 1 took place and did not fall short. When the confirming meeting does
+    not take place (either end busy, absent or declining), both ends know it and try again in
+    the next rounds' confirming slots, up to ``CONFIRM_ATTEMPTS`` times.
 
-The exception keeps a bad host from being re-tested pair by pair: a node whose meetings fall
-short with two partners in a row is more likely the culprit than either path, and the host rule
-(analysis.py) names it from its regular meetings. A confirming meeting is never itself confirmed,
+The condition keeps a bad host from being re-tested pair by pair: a node whose meetings fall short
+with two partners in a row is more likely the culprit than either path, and the host rule
+(analysis.py) names it from its regular meetings. A node that could not measure in round r + 1
+(busy, sitting out) declines too, and tries again a round later: simulation showed a bad host that
+happened to be busy in r + 1 confirm its first short meeting and be named, for a round, as a path.
+A confirming meeting is never itself confirmed,
 and a node has one regular meeting per round, so it has at most one confirming meeting per
 round. Both ends apply the rule to the same facts (the meeting's result, which both measured) and
 reach the same decision; when they do not (one end's own r + 1 fell short, it is busy, or their
@@ -283,21 +288,38 @@ def regular(schedule: Schedule, node: str, round: int) -> Assignment:
     return Assignment(round, pair.other(node), pair.role_of(node), False, "regular")
 
 
-def confirming(schedule: Schedule, node: str, round: int, history: Mapping[int, Played]) -> Assignment | None:
+CONFIRM_ATTEMPTS = 3  # confirming slots a short meeting is tried in before it is left unconfirmed
+
+
+def confirming(
+    schedule: Schedule,
+    node: str,
+    round: int,
+    history: Mapping[int, Played],
+    confirms: Mapping[int, Played] | None = None,
+) -> Assignment | None:
     """``node``'s confirming meeting in ``round``, decided after its regular meeting of ``round``.
 
-    ``history`` holds the node's own regular meetings, ``round - 1`` and ``round`` at least. The
-    partner's history is not needed: it holds the same facts about their common meeting.
+    ``history`` holds the node's own regular meetings and ``confirms`` its confirming slots (what
+    it planned there and whether it measured), for the last ``CONFIRM_ATTEMPTS`` + 1 rounds. The
+    partner's history is not needed: it holds the same facts about their common meetings.
     """
-    before, now = history.get(round - 1), history.get(round)
-    if (
-        node in schedule
-        and before is not None
-        and before.partner is not None
-        and before.role is not None
-        and before.short
-        and before.partner in schedule
-        and not (now is not None and now.short)
-    ):
-        return Assignment(round, before.partner, before.role, True, f"confirms round {round - 1}")
+    if node not in schedule:
+        return None
+    now = history.get(round)
+    if now is None or now.partner is None or now.short is not False:
+        return None  # this round's own meeting fell short, was skipped, or there was none
+    confirms = confirms or {}
+    for r0 in range(round - 1, round - 1 - CONFIRM_ATTEMPTS, -1):
+        before = history.get(r0)
+        if before is None or not before.short:
+            continue  # fine, skipped or sat out: look further back
+        if before.partner is None or before.role is None or before.partner not in schedule:
+            return None
+        # Not confirmed yet: no confirming slot since measured this pair.
+        for t in range(r0 + 1, round):
+            tried = confirms.get(t)
+            if tried is not None and tried.partner == before.partner and tried.short is not None:
+                return None
+        return Assignment(round, before.partner, before.role, True, f"confirms round {r0}")
     return None

@@ -23,7 +23,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from clusterhealth.checks.fabric.analysis import Report
-from clusterhealth.checks.fabric.schedule import Assignment, Played, Schedule, confirming, regular
+from clusterhealth.checks.fabric.schedule import (
+    CONFIRM_ATTEMPTS,
+    Assignment,
+    Played,
+    Schedule,
+    confirming,
+    regular,
+)
 
 ROUND_REPORT_DELAY = 30.0  # seconds into a slot when its result is exported
 
@@ -70,6 +77,7 @@ class Group:
         self.rng = rng
         self.schedule = Schedule(fleet.nodes, fleet.seed)
         self.history: dict[str, dict[int, Played]] = {n: {} for n in fleet.nodes}
+        self.confirms: dict[str, dict[int, Played]] = {n: {} for n in fleet.nodes}
 
     def play(self, r: int) -> Round:
         f, rng = self.fleet, self.rng
@@ -78,10 +86,11 @@ class Group:
         meetings: list[Outcome] = []
         plans = {n: regular(self.schedule, n, r) for n in f.nodes}
         skipped = self._slot(r, plans, busy, meetings)
-        later = {n: confirming(self.schedule, n, r, self.history[n]) for n in f.nodes}
+        later = {n: confirming(self.schedule, n, r, self.history[n], self.confirms[n]) for n in f.nodes}
         skipped += self._slot(r, {n: a for n, a in later.items() if a is not None}, busy, meetings)
-        for history in self.history.values():
-            history.pop(r - 1, None)  # confirming() reads this round and the one before
+        for kept in (self.history, self.confirms):
+            for history in kept.values():
+                history.pop(r - CONFIRM_ATTEMPTS, None)  # confirming() reads no further back
         return Round(r, meetings, skipped)
 
     def _slot(self, r: int, plans: dict[str, Assignment], busy: set[str], meetings: list[Outcome]) -> int:
@@ -93,10 +102,10 @@ class Group:
                 continue
             q = plans.get(p.partner)
             agreed = q is not None and q.partner == node and q.role is not None and q.role != p.role
+            record = self.confirms if p.confirming else self.history
             if not agreed or node in busy or p.partner in busy:
                 skipped += 1
-                if not p.confirming:
-                    self.history[node][r] = Played(r, p.partner, p.role, None)
+                record[node][r] = Played(r, p.partner, p.role, None)
                 continue
             if p.role != "client":
                 continue  # the client's turn measures and records for both ends
@@ -104,9 +113,8 @@ class Group:
             bandwidth = max(self._measure(p.partner, node) for _ in range(runs))
             short = bandwidth < f.threshold * f.nominal
             meetings.append(Outcome(r, p.partner, node, p.confirming, bandwidth, short))
-            if not p.confirming:
-                self.history[node][r] = Played(r, p.partner, "client", short)
-                self.history[p.partner][r] = Played(r, node, "server", short)
+            record[node][r] = Played(r, p.partner, "client", short)
+            record[p.partner][r] = Played(r, node, "server", short)
         return skipped
 
     def _measure(self, server: str, client: str) -> float:
