@@ -5,7 +5,9 @@ schedule), written as OpenMetrics, backfilled with `promtool tsdb create-blocks-
 into a fresh data directory, and served by the Debian `prometheus` on a free port. Backfilled
 data carries no staleness markers, which real scraping writes when a series disappears (so that
 a partner's result is never read beside the next round's number); the test server's lookback is
-set just under the scrape interval so that a dropped series ends there as it would.
+the scrape interval, so that a dropped series ends there as it would and every step still finds
+the latest scrape (a shorter lookback leaves a gap in which a whole query, its steps all at one
+phase of the scrape grid, finds nothing).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # The bad path starts the round before h2 and h5 meet, so their meeting and its confirmation
     # fall in the data.
     schedule = sim.Group(sim.Fleet(sim.node_names(N), seed="pathfault"), random.Random(0)).schedule
-    met = sim.meeting_round(schedule, "h2", "h5", last - 6)
+    met = sim.meeting_round(schedule, "h2", "h5", last - 10)  # at most last - 4: room to confirm
     add(_group("pathfault", first, count, fault_from=met, bad_paths={sim.path("h2", "h5"): 0.5}))
     add(_group("fewrounds", last - 1, 2, fault_from=last + 1))
     partial = _group("partial", first, count, fault_from=last + 1)
@@ -111,7 +113,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--storage.tsdb.retention.time=30d",
-            f"--query.lookback-delta={int(SCRAPE) - 1}s",
+            f"--query.lookback-delta={int(SCRAPE)}s",
         ],
         stdout=subprocess.DEVNULL,
         stderr=(root / "prometheus.log").open("w"),
@@ -158,7 +160,8 @@ def test_bad_path_is_named_as_a_path(prometheus: str) -> None:
     code, result = _json(prometheus, "pathfault")
     assert code == 1
     assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("path", "h2<->h5")]
-    assert len(result["suspects"][0]["evidence"]["rounds"]) == 2
+    rounds = result["suspects"][0]["evidence"]["rounds"]
+    assert len(rounds) >= 2 and rounds[1] == rounds[0] + 1, "a meeting and its confirmation"
 
 
 def test_healthy_group_has_no_suspect_and_prints_a_table(prometheus: str) -> None:
@@ -175,7 +178,8 @@ def test_host_table_names_the_suspect(prometheus: str) -> None:
     assert table.returncode == 1
     lines = table.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("SUSPECT"))
-    assert lines[header + 1].split()[:3] == ["h3", "host", "0.50"]
+    suspect, kind, ratio = lines[header + 1].split()[:3]
+    assert (suspect, kind) == ("h3", "host") and 0.45 <= float(ratio) <= 0.55
 
 
 def test_too_few_rounds_is_not_enough_evidence(prometheus: str) -> None:

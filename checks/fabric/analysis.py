@@ -12,10 +12,10 @@ Output (``analyze``): suspects, by two rules, and nothing else names anyone.
   the group's own median makes a fleet-wide slowdown one finding (``fleet``: the median against
   the agents' expectation, when they export one), not N suspects.
 * **Host.** A node is a suspect when it fell short in ``host_partners`` (3) meetings in a row,
-  with that many distinct partners that are *clean*: each did better with its other partners in
-  the window than it did short (at least one fine meeting, no more short ones than fine ones). A
-  partner of a bad host takes one hit and is clean, so it is never ranked; one short run never
-  names anyone.
+  with that many distinct partners that were *clean* then: most of each partner's nearest
+  meetings with others (two before, two after) were fine. A partner of a bad host takes one hit
+  and is clean, so it is never ranked; a bad host met by chance is not clean while it is bad; one
+  short run never names anyone.
 * **Path.** A pair is a suspect when its own meetings fell short ``path_meetings`` (2) times in a
   row (the regular meeting and the confirming meeting the two ends schedule themselves in the next
   round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other partners
@@ -237,11 +237,31 @@ def analyze(
         bad = short[node] - pair_short.get(key, 0)
         return ok >= 1 and bad <= ok
 
+    for ms in by_node.values():
+        ms.sort(key=lambda m: (m.round, m.first_seen))
+    position = {(node, id(m)): i for node, ms in by_node.items() for i, m in enumerate(ms)}
+
+    def clean_then(partner: str, m: Meeting) -> bool:
+        """Was ``partner`` fine with its other partners around meeting ``m``? Its nearest
+        ``_AROUND`` meetings with others before and after must be mostly fine: a bad host that met
+        the node is not clean while it is bad, however fine it was earlier in the window."""
+        ms, i = by_node[partner], position[(partner, id(m))]
+        node = m.other(partner)
+        around: list[Meeting] = []
+        for step in (-1, 1):
+            j, found = i + step, 0
+            while 0 <= j < len(ms) and found < _AROUND:
+                if ms[j].other(partner) != node:
+                    around.append(ms[j])
+                    found += 1
+                j += step
+        fine_around = sum(not x.short for x in around)
+        return fine_around > len(around) - fine_around
+
     hosts: dict[str, Suspect] = {}
     leaning: dict[str, Suspect] = {}
     for node, ms in by_node.items():
-        ms.sort(key=lambda m: (m.round, m.first_seen))
-        episode = _host_episode(node, ms, rules, clean)
+        episode = _host_episode(node, ms, rules, clean_then)
         if episode is None:
             continue
         suspect, named = episode
@@ -289,7 +309,7 @@ def analyze(
 
 
 def _host_episode(
-    node: str, ms: list[Meeting], rules: Rules, clean: Callable[[str, str], bool]
+    node: str, ms: list[Meeting], rules: Rules, clean_then: Callable[[str, Meeting], bool]
 ) -> tuple[Suspect, bool] | None:
     """The node's latest run of short meetings that names it (True), or its ongoing run that
     leans on it without naming it (False)."""
@@ -305,7 +325,7 @@ def _host_episode(
         run, partners = streaks[-1]
         run.append(m)
         other = m.other(node)
-        if other not in partners and clean(other, node):
+        if other not in partners and clean_then(other, m):
             partners.append(other)
     naming = [s for s in streaks if len(s[1]) >= rules.host_partners]
     if naming:
@@ -527,6 +547,7 @@ def render_table(analysis: Analysis) -> str:
     return "\n".join(lines) + "\n"
 
 
+_AROUND = 2  # a partner's meetings with others, each side of a meeting, that say whether it was fine
 _SHOWN = 4  # meetings listed in a table row; the JSON has them all
 
 
