@@ -201,11 +201,12 @@ def test_no_confirming_meeting_unless_this_rounds_own_meeting_was_fine() -> None
     assert (
         confirming(schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: True, 12: False})) is not None
     )
-    assert confirming(
-        schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: True, 12: False})
-    ).partner == (
-        schedule.partner("h0", 11).other("h0")  # type: ignore[union-attr]
-    ), "the latest short meeting is the one confirmed"
+    waiting = _history(schedule, "h0", {10: True, 11: True, 12: False})
+    first = confirming(schedule, "h0", 12, waiting)
+    assert first is not None and first.partner == waiting[10].partner, "the oldest waiting goes first"
+    done = {12: Played(12, waiting[10].partner, waiting[10].role, True)}
+    second = confirming(schedule, "h0", 13, waiting | _history(schedule, "h0", {13: False}), done)
+    assert second is not None and second.partner == waiting[11].partner
 
 
 def test_a_confirming_meeting_that_did_not_happen_is_tried_again_then_given_up() -> None:

@@ -24,7 +24,8 @@ results only:
     r + 1, same partner, same roles, on the group's rematch port, if this end's own regular
     meeting of round r + 1 took place and did not fall short. When the confirming meeting does
     not take place (either end busy, absent or declining), both ends know it and try again in
-    the next rounds' confirming slots, up to ``CONFIRM_ATTEMPTS`` times.
+    the next rounds' confirming slots, within ``CONFIRM_ATTEMPTS`` rounds of the meeting; when
+    several short meetings wait, the oldest goes first.
 
 The condition keeps a bad host from being re-tested pair by pair: a node whose meetings fall short
 with two partners in a row is more likely the culprit than either path, and the host rule
@@ -310,16 +311,21 @@ def confirming(
     if now is None or now.partner is None or now.short is not False:
         return None  # this round's own meeting fell short, was skipped, or there was none
     confirms = confirms or {}
-    for r0 in range(round - 1, round - 1 - CONFIRM_ATTEMPTS, -1):
+    # The oldest short meeting still waiting first: both ends of it hold it, and a later short
+    # meeting of one end (with a bad host, say) must not push it out.
+    for r0 in range(round - CONFIRM_ATTEMPTS, round):
         before = history.get(r0)
         if before is None or not before.short:
-            continue  # fine, skipped or sat out: look further back
+            continue  # fine, skipped or sat out
         if before.partner is None or before.role is None or before.partner not in schedule:
-            return None
+            continue
         # Not confirmed yet: no confirming slot since measured this pair.
-        for t in range(r0 + 1, round):
-            tried = confirms.get(t)
-            if tried is not None and tried.partner == before.partner and tried.short is not None:
-                return None
+        if any(
+            (tried := confirms.get(t)) is not None
+            and tried.partner == before.partner
+            and tried.short is not None
+            for t in range(r0 + 1, round)
+        ):
+            continue
         return Assignment(round, before.partner, before.role, True, f"confirms round {r0}")
     return None
