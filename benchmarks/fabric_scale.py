@@ -67,8 +67,8 @@ def detect(
     if path:
         # Simulate from a few rounds before the pair's first meeting: the fault is there from the
         # start, but the pair does not meet before (every pair meets once per cycle).
-        met = sim.meeting_round(group.schedule, a, b, start + WARMUP)
-        start = met - WARMUP if not host else met - WARMUP - 3
+        meets = sim.meeting_round(group.schedule, a, b, start + WARMUP)
+        start = meets - WARMUP if not host else meets - WARMUP - 3
     rounds = [group.play(r) for r in range(start, start + WARMUP)]
     if bad_host:
         fleet.bad_hosts[bad_host] = 0.5
@@ -78,6 +78,7 @@ def detect(
     false = 0
     expected = {("host", bad_host or ""), ("path", f"{min(a, b)}<->{max(a, b)}")}
     first_meeting = None
+    met = start + WARMUP
     for k in range(1, limit + 2 * n):
         r = start + WARMUP + k - 1
         rounds.append(group.play(r))
@@ -95,9 +96,8 @@ def detect(
         if path and path_found is None and ("path", f"{min(a, b)}<->{max(a, b)}") in named:
             path_found = r - (first_meeting if first_meeting is not None else r) + 1
         done_host = not host or host_found is not None or k >= limit
-        done_path = (
-            not path or path_found is not None or (first_meeting is not None and r - first_meeting >= limit)
-        )
+        # A pair whose meeting was skipped (an end busy) meets again only a cycle later: give up.
+        done_path = not path or path_found is not None or r - (first_meeting or met) >= limit
         if done_host and done_path:
             break
     return (
