@@ -112,7 +112,7 @@ def _summary(values: list[int | None]) -> str:
         return "not named"
     missed = len(values) - len(found)
     text = f"{statistics.median(found):g} (max {max(found)})"
-    return text + (f", {missed} not named" if missed else "")
+    return text + (f", {missed} not named within the limit" if missed else "")
 
 
 def _minutes(values: list[int | None], period: float) -> str:
@@ -148,7 +148,8 @@ def detection_table(sizes: list[int], trials: Callable[[int], int], rules: Rules
         "\nA bad path is found when its two ends meet: once per cycle of N−1 rounds, so on average "
         "(N−1)/2 rounds after the fault starts (at 900 s: "
         + ", ".join(f"{n:,} nodes {((n - 1) / 2) * DEFAULT_PERIOD / 86400:.1f} d" for n in sizes)
-        + "); it is named by its confirming meeting, in the next round."
+        + "); it is named by its confirming meeting, in the next round. A path not named within the "
+        "limit had its meeting skipped (an end busy): it is found a cycle later."
     )
 
 
