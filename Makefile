@@ -10,7 +10,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric
 
 demo: venv
 	$(BIN)/clusterhealth demo
@@ -34,6 +34,10 @@ typecheck: venv
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
 	$(BIN)/python benchmarks/rdma_latency.py
+
+# Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
+bench-fabric: venv
+	$(BIN)/python benchmarks/fabric_scale.py
 
 venv: $(VENV)/.installed
 

@@ -84,6 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("--kind", required=True, choices=probe_parsers.KINDS)
     parse.add_argument("file", metavar="FILE", help="the saved output ('-' for standard input)")
 
+    analyze = sub.add_parser(
+        "analyze",
+        help="read pairwise probe results from Prometheus and name suspect hosts and paths",
+        description="Exit codes: 0 no suspect, 1 suspects, 2 bad arguments, 3 no verdict (Prometheus "
+        "unreachable, no data, partial data, not enough evidence).",
+    )
+    analyze.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    analyze.add_argument("--probe", metavar="NAME", help="the pairwise group (default: the only one)")
+    analyze.add_argument(
+        "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
+    )
+    analyze.add_argument("--json", action="store_true", help="print JSON")
+    analyze.add_argument("--step", metavar="DURATION", help="range-query step (default: a quarter round)")
+    analyze.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="analyse what can be read when some results cannot be tied",
+    )
+
     demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
     demo.add_argument("--listen", metavar="HOST:PORT", default=f"127.0.0.1:{configuration.DEFAULT_PORT}")
     demo.add_argument("--scenario", metavar="NAME|FILE", default="h100-faulty", help="default h100-faulty")
@@ -115,6 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _probe_run(args)
         if args.command == "probe" and args.probe_command == "parse":
             return _probe_parse(args)
+        if args.command == "analyze":
+            from clusterhealth.agent.analyze import main as analyze_main
+
+            return analyze_main(
+                args.prometheus,
+                args.probe,
+                args.window,
+                args.json,
+                step_text=args.step,
+                allow_partial=args.allow_partial,
+            )
         if args.command == "demo":
             from clusterhealth.agent.demo import run_demo
 

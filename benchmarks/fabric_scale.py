@@ -1,0 +1,355 @@
+"""Fabric tomography at scale, by simulation: the real schedule and analyzer, a noise model.
+
+Plays pairwise groups of 64 to 4,096 nodes round by round with checks/fabric/simulation.py (the
+real ``schedule.regular`` / ``schedule.confirming`` decisions of every node, from its own history)
+and runs the real analyzer (checks/fabric/analysis.py) on what they would export. Noise (issue 8):
+each run falls short at random with p = 1 % (to 30-75 % of nominal), bandwidth jitter ±5 %, 1 % of
+the nodes busy each round. Faults: a bad host and a bad path at half bandwidth.
+
+Prints: rounds and wall time to name a bad host and a bad path, and both together; false suspects
+per 1,000 nodes per day in a healthy fleet; the trade-off of the rule's settings; series and churn
+per day; the time ``analyze`` takes over 1,024 nodes × 24 h. docs/fabric.md records the figures.
+
+    .venv/bin/python benchmarks/fabric_scale.py            # about 5 minutes on 2 cores
+    .venv/bin/python benchmarks/fabric_scale.py --quick    # a smaller run, for a look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clusterhealth.checks.fabric import analysis
+from clusterhealth.checks.fabric import simulation as sim
+from clusterhealth.checks.fabric.analysis import Rules
+
+DEFAULT_PERIOD = 900.0  # the group's default round period (seconds)
+DEFAULT_CONFIRM_RUNS = 3
+WARMUP = 8  # healthy rounds before a fault, so that partners have other results to compare with
+GBIT = 1e9 / 8
+
+
+@dataclass
+class Detection:
+    rounds: int | None  # rounds until named (None: not within the limit)
+    false: int  # suspects other than the injected faults, seen during the run
+
+
+def _analyze(rounds: list[sim.Round], period: float, rules: Rules) -> analysis.Analysis:
+    meetings = analysis.merge(sim.reports(rounds, period))
+    return analysis.analyze("fabric", meetings, window_seconds=len(rounds) * period, rules=rules)
+
+
+def detect(
+    n: int,
+    seed: int,
+    *,
+    host: bool,
+    path: bool,
+    rules: Rules,
+    confirm_runs: int,
+    limit: int = 12,
+) -> tuple[Detection | None, Detection | None]:
+    """Rounds to name the bad host (from the fault's start) and the bad path (from its first
+    meeting): the analyzer runs after every round, as an operator's periodic `analyze` would."""
+    rng = random.Random(seed)
+    nodes = sim.node_names(n)
+    fleet = sim.Fleet(nodes, confirm_runs=confirm_runs, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(seed + 1))
+    bad_host = rng.choice(nodes) if host else None
+    a, b = rng.sample([x for x in nodes if x != bad_host], 2)
+    start = 10_000 + rng.randrange(10_000)
+    if path:
+        # Simulate from a few rounds before the pair's first meeting: the fault is there from the
+        # start, but the pair does not meet before (every pair meets once per cycle).
+        meets = sim.meeting_round(group.schedule, a, b, start + WARMUP)
+        start = meets - WARMUP if not host else meets - WARMUP - 3
+    rounds = [group.play(r) for r in range(start, start + WARMUP)]
+    if bad_host:
+        fleet.bad_hosts[bad_host] = 0.5
+    if path:
+        fleet.bad_paths[sim.path(a, b)] = 0.5
+    host_found = path_found = None
+    false = 0
+    expected = {("host", bad_host or ""), ("path", f"{min(a, b)}<->{max(a, b)}")}
+    first_meeting = None
+    met = start + WARMUP
+    for k in range(1, limit + 2 * n):
+        r = start + WARMUP + k - 1
+        rounds.append(group.play(r))
+        if (
+            path
+            and first_meeting is None
+            and any({m.server, m.client} == {a, b} for m in rounds[-1].meetings)
+        ):
+            first_meeting = r
+        result = _analyze(rounds, DEFAULT_PERIOD, rules)
+        named = {(s.kind, s.name) for s in result.suspects}
+        false = max(false, len(named - expected))
+        if host and host_found is None and ("host", bad_host) in named:
+            host_found = k
+        if path and path_found is None and ("path", f"{min(a, b)}<->{max(a, b)}") in named:
+            path_found = r - (first_meeting if first_meeting is not None else r) + 1
+        done_host = not host or host_found is not None or k >= limit
+        # A pair whose meeting was skipped (an end busy) meets again only a cycle later: give up.
+        done_path = not path or path_found is not None or r - (first_meeting or met) >= limit
+        if done_host and done_path:
+            break
+    return (
+        Detection(host_found, false) if host else None,
+        Detection(path_found, false) if path else None,
+    )
+
+
+def _summary(values: list[int | None]) -> str:
+    found = [v for v in values if v is not None]
+    if not found:
+        return "not named"
+    missed = len(values) - len(found)
+    text = f"{statistics.median(found):g} (max {max(found)})"
+    return text + (f", {missed} not named within the limit" if missed else "")
+
+
+def _minutes(values: list[int | None], period: float) -> str:
+    found = [v for v in values if v is not None]
+    return f"{statistics.median(found) * period / 60:.0f} min" if found else "-"
+
+
+def detection_table(sizes: list[int], trials: Callable[[int], int], rules: Rules, confirm_runs: int) -> None:
+    print(f"\n## Rounds to name (period {DEFAULT_PERIOD:g} s; median and max over trials)\n")
+    print(
+        "| nodes | trials | bad host: rounds | wall time | bad path: rounds from its first meeting | "
+        "wall time | both: host / path | false suspects seen |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for n in sizes:
+        t = trials(n)
+        hosts, paths, both_h, both_p, false = [], [], [], [], 0
+        for i in range(t):
+            h, _ = detect(n, 100 * n + i, host=True, path=False, rules=rules, confirm_runs=confirm_runs)
+            _, p = detect(n, 200 * n + i, host=False, path=True, rules=rules, confirm_runs=confirm_runs)
+            bh, bp = detect(n, 300 * n + i, host=True, path=True, rules=rules, confirm_runs=confirm_runs)
+            assert h and p and bh and bp
+            hosts.append(h.rounds)
+            paths.append(p.rounds)
+            both_h.append(bh.rounds)
+            both_p.append(bp.rounds)
+            false += h.false + p.false + bh.false
+        print(
+            f"| {n:,} | {t} | {_summary(hosts)} | {_minutes(hosts, DEFAULT_PERIOD)} | {_summary(paths)} | "
+            f"{_minutes(paths, DEFAULT_PERIOD)} | {_summary(both_h)} / {_summary(both_p)} | {false} |"
+        )
+    print(
+        "\nA bad path is found when its two ends meet: once per cycle of N−1 rounds, so on average "
+        "(N−1)/2 rounds after the fault starts (at 900 s: "
+        + ", ".join(f"{n:,} nodes {((n - 1) / 2) * DEFAULT_PERIOD / 86400:.1f} d" for n in sizes)
+        + "); it is named by its confirming meeting, in the next round. A path not named within the "
+        "limit had its meeting skipped (an end busy): it is found a cycle later."
+    )
+
+
+@dataclass
+class FalseRate:
+    node_rounds: int
+    host: int
+    path: int
+
+
+def false_suspects(
+    n: int, rounds: int, confirm_runs: int, p_short: float, rules: list[Rules], seed: int
+) -> list[FalseRate]:
+    """False suspects in a healthy fleet, analysed one day-long window after another."""
+    fleet = sim.Fleet(sim.node_names(n), confirm_runs=confirm_runs, p_short=p_short, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(seed))
+    window = int(86400 // DEFAULT_PERIOD)
+    counts = [FalseRate(0, 0, 0) for _ in rules]
+    for first in range(0, rounds, window):
+        played = [group.play(r) for r in range(first, min(first + window, rounds))]
+        for rule, count in zip(rules, counts, strict=True):
+            result = _analyze(played, DEFAULT_PERIOD, rule)
+            count.node_rounds += n * len(played)
+            count.host += sum(s.kind == "host" for s in result.suspects)
+            count.path += sum(s.kind == "path" for s in result.suspects)
+    return counts
+
+
+def model(p: float, k: int, confirm_runs: int, period: float) -> tuple[float, float]:
+    """Expected false suspects per 1,000 nodes per day: k short meetings in a row for a host
+    (p^k per node-round), a short meeting confirmed by confirm_runs short runs for a path (one
+    meeting per two node-rounds)."""
+    per_day = 86400 / period * 1000
+    return per_day * p**k, per_day * 0.5 * p * p**confirm_runs
+
+
+def false_table(n: int, days: int, seed: int) -> None:
+    rounds = int(days * 86400 // DEFAULT_PERIOD)
+    settings = [(k, c) for c in (1, 2, 3) for k in (2, 3, 4)]
+    print(f"\n## False suspects in a healthy fleet ({n:,} nodes, {days} simulated days per setting)\n")
+    print("Counted per day-long window of `analyze`. At p = 1 % false suspects are rare events, so a")
+    print("second run at p = 5 % checks the model (host p^k, path p^(1+confirm_runs) per meeting)")
+    print("that the per-day figures at p = 1 % are computed from.\n")
+    print(
+        "| host_partners | confirm_runs | p | simulated host / path per 1,000 node-rounds | "
+        "model host / path |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    measured: dict[tuple[int, int], tuple[float, float]] = {}
+    for c in (1, 2, 3):
+        for p_short in (0.05, 0.01):
+            ks = [k for k, cc in settings if cc == c]
+            rates = false_suspects(n, rounds, c, p_short, [Rules(host_partners=k) for k in ks], seed)
+            for k, rate in zip(ks, rates, strict=True):
+                host = rate.host / rate.node_rounds * 1000
+                path = rate.path / rate.node_rounds * 1000
+                mh, mp = model(p_short, k, c, 86400.0)  # per 1,000 node-rounds
+                print(
+                    f"| {k} | {c} | {p_short:.0%} | {host:.2e} ({rate.host}) / {path:.2e} ({rate.path}) | "
+                    f"{mh:.2e} / {mp:.2e} |"
+                )
+                if p_short == 0.01:
+                    measured[(k, c)] = (rate.host / rate.node_rounds, rate.path / rate.node_rounds)
+    print("\n## The trade-off: rounds to detect against false suspects per 1,000 nodes per day (p = 1 %)\n")
+    print(
+        "| host_partners | confirm_runs | period | bad host named in | bad path named in | "
+        "false/1,000 nodes/day (model) | (simulated) | meets the goals |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for period in (300.0, 600.0, 900.0):
+        for k, c in settings:
+            if c == 1 and k != 3:
+                continue
+            mh, mp = model(0.01, k, c, period)
+            sh, sp = measured[(k, c)]
+            simulated = (sh + sp) * 86400 / period * 1000
+            goals = k <= 3 and mh + mp <= 0.1
+            marker = " **default**" if (k, c, period) == (3, DEFAULT_CONFIRM_RUNS, DEFAULT_PERIOD) else ""
+            print(
+                f"| {k} | {c} | {period:g} s | {k} rounds, {k * period / 60:.0f} min | 2 rounds, "
+                f"{2 * period / 60:.0f} min | {mh + mp:.3f} | {simulated:.3f} | "
+                f"{'yes' if goals else 'no'}{marker} |"
+            )
+
+
+def series_table(sizes: list[int]) -> None:
+    rounds_per_day = 86400 / DEFAULT_PERIOD
+    static = 11  # node_info, round, success, runs_total × 5, last_run, duration, expected
+    print(f"\n## Series a group costs Prometheus (period {DEFAULT_PERIOD:g} s)\n")
+    print(
+        "| nodes | active series per node | active series | new series per day (churn) | "
+        "a series per directed pair instead |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for n in sizes:
+        per_node = static + 2  # bandwidth and peer_success of the current partner
+        # Each round a node exports a new partner's two series; about 1 % of rounds add a
+        # confirming partner.
+        churn = n * rounds_per_day * 2 * 1.01
+        print(f"| {n:,} | {per_node} | {n * per_node:,} | {churn:,.0f} | {n * (n - 1):,} |")
+
+
+def analyze_time(n: int, hours: float) -> None:
+    """The analyzer on what the range queries of `analyze` would return for n nodes × hours."""
+    period = DEFAULT_PERIOD
+    count = int(hours * 3600 // period)
+    fleet = sim.Fleet(sim.node_names(n), confirm_runs=DEFAULT_CONFIRM_RUNS, nominal=10 * GBIT)
+    fleet.bad_hosts["h7"] = 0.5
+    rounds = sim.play(fleet, 20_000, count, seed=5)
+    step = period / 4
+    start = rounds[0].round * period
+    steps = [start + i * step for i in range(int(count * 4))]
+    current: dict[tuple[str, int], list[tuple[float, str, float, bool]]] = {}
+    for rnd in rounds:
+        for m in rnd.meetings:
+            at = (period / 2 if m.confirming else 0) + sim.ROUND_REPORT_DELAY
+            for node, peer in ((m.client, m.server), (m.server, m.client)):
+                current.setdefault((node, rnd.round), []).append((at, peer, m.bandwidth, not m.short))
+    info, rnds, bws, oks = [], [], [], []
+    for node in fleet.nodes:
+        target = {"instance": f"{node}:9845", "job": "clusterhealth"}
+        info.append(
+            {
+                "metric": {"__name__": analysis.NODE_INFO, **target, "node": node},
+                "values": [[t, "1"] for t in steps],
+            }
+        )
+        rvals = []
+        per_peer: dict[tuple[str, int], list[list[object]]] = {}
+        for t in steps:
+            r = int((t - sim.ROUND_REPORT_DELAY) // period)
+            rvals.append([t, str(r)])
+            shown = [x for x in current.get((node, r), []) if t >= r * period + x[0]]
+            if shown:
+                _, peer, bw, ok = shown[-1]
+                per_peer.setdefault((peer, r), []).append([t, repr(bw), "1" if ok else "0"])
+        rnds.append({"metric": {"__name__": analysis.ROUND, **target, "probe": "fabric"}, "values": rvals})
+        for (peer, _), values in per_peer.items():
+            labels = {**target, "probe": "fabric", "peer": peer}
+            bws.append(
+                {
+                    "metric": {"__name__": analysis.BANDWIDTH, **labels},
+                    "values": [[t, b] for t, b, _ in values],
+                }
+            )
+            oks.append(
+                {
+                    "metric": {"__name__": analysis.PEER_SUCCESS, **labels},
+                    "values": [[t, o] for t, _, o in values],
+                }
+            )
+    documents = [
+        json.dumps({"status": "success", "data": {"resultType": "matrix", "result": r}})
+        for r in (info, rnds, bws, oks)
+    ]
+    size = sum(len(d) for d in documents)
+    timings = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        parsed = [json.loads(d)["data"]["result"] for d in documents]
+        t1 = time.perf_counter()
+        reduced = analysis.reduce_series("fabric", *parsed)
+        meetings = analysis.merge(reduced.reports)
+        result = analysis.analyze("fabric", meetings, window_seconds=hours * 3600, nodes=reduced.nodes)
+        t2 = time.perf_counter()
+        timings.append((t1 - t0, t2 - t1))
+    parse, work = min(timings, key=lambda x: sum(x))
+    print(f"\n## `analyze` over {n:,} nodes × {hours:g} h (step {step:g} s)\n")
+    print("| measure | value |")
+    print("| --- | --- |")
+    print(
+        "| series returned (node_info, round, bandwidth, peer_success) | "
+        f"{len(info):,}, {len(rnds):,}, {len(bws):,}, {len(oks):,} |"
+    )
+    print(f"| JSON returned by the four range queries | {size / 1e6:.1f} MB |")
+    print(f"| decoding the JSON | {parse:.2f} s |")
+    print(f"| reduction, merge and analysis ({len(meetings):,} meetings) | {work:.2f} s |")
+    print(f"| total, best of 3 (goal < 10 s) | **{parse + work:.2f} s** |")
+    print(f"| suspects | {', '.join(s.name for s in result.suspects) or 'none'} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer trials and days")
+    parser.add_argument("--sizes", default="64,512,1024,4096")
+    parser.add_argument("--days", type=int, default=20, help="simulated days per false-suspect setting")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    rules = Rules()
+    started = time.perf_counter()
+    print(f"# Fabric tomography at scale (rules {rules}, confirm_runs {DEFAULT_CONFIRM_RUNS})")
+    detection_table(
+        sizes, (lambda n: 2) if args.quick else (lambda n: 8 if n <= 1024 else 4), rules, DEFAULT_CONFIRM_RUNS
+    )
+    false_table(1024, 3 if args.quick else args.days, args.seed)
+    series_table(sizes)
+    analyze_time(1024, 24)
+    print(f"\n(benchmark ran {time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

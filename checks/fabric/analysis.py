@@ -1,0 +1,590 @@
+"""Which host, or which path between two hosts, makes a pairwise group fall short.
+
+Input: the Fabric series of SPEC as a range query returns them (``reduce_series``), reduced to
+*meetings*: (round, the two nodes, the bandwidth measured, whether it met its expectation). Both
+ends may report a meeting; their reports are merged (the better one wins, so a lost or garbled
+report can only hide a shortfall, never invent one).
+
+Output (``analyze``): suspects, by two rules, and nothing else names anyone.
+
+* **Reference.** A meeting falls *short* when it failed (no bandwidth, success 0) or its
+  bandwidth is below ``threshold`` (0.8) of the group's median over the window. Judging against
+  the group's own median makes a fleet-wide slowdown one finding (``fleet``: the median against
+  the agents' expectation, when they export one), not N suspects.
+* **Host.** A node is a suspect when it fell short in ``host_partners`` (3) meetings in a row,
+  with that many distinct partners that were *clean* then: most of each partner's nearest
+  meetings with others (two before, two after) were fine. A partner of a bad host takes one hit
+  and is clean, so it is never ranked; a bad host met by chance is not clean while it is bad; one
+  short run never names anyone.
+* **Path.** A pair is a suspect when its own meetings fell short ``path_meetings`` (2) times in a
+  row (the regular meeting and the confirming meeting the two ends schedule themselves in the next
+  round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other partners
+  each and are clean themselves. A pair with an end that is a host suspect is the host's
+  evidence, not a path.
+* **Unconfirmed.** A pair whose latest meeting fell short once, or a node short with fewer than
+  ``host_partners`` partners, is listed apart, never in ``suspects``.
+* **Not enough evidence.** Fewer than ``min_rounds`` rounds in the window: no verdict.
+
+Pure: no I/O and no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+NODE_INFO = "clusterhealth_node_info"
+BANDWIDTH = "clusterhealth_probe_bandwidth_bytes_per_second"
+PEER_SUCCESS = "clusterhealth_probe_peer_success"
+ROUND = "clusterhealth_probe_round"
+EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
+
+
+@dataclass(frozen=True)
+class Rules:
+    threshold: float = 0.8  # short below this fraction of the reference
+    host_partners: int = 3  # distinct clean partners, short in a row, to name a host
+    path_meetings: int = 2  # short meetings of one pair in a row to name a path
+    clean_partners: int = 2  # other partners each end of a path must have been fine with
+    min_rounds: int = 3  # rounds in the window below which there is no verdict
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if min(self.host_partners, self.path_meetings, self.min_rounds) < 1 or self.clean_partners < 0:
+            raise ValueError("host_partners, path_meetings and min_rounds must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One end's report of one meeting, as read back from Prometheus."""
+
+    round: int
+    node: str  # the end that exported it
+    peer: str
+    bandwidth: float | None  # bytes/s; None when the run measured nothing (failed, timed out)
+    success: bool | None  # clusterhealth_probe_peer_success; None when not exported
+    first_seen: float  # Unix time of the first sample
+    last_seen: float
+
+
+@dataclass(slots=True)
+class Meeting:
+    round: int
+    a: str  # the two ends, a < b
+    b: str
+    bandwidth: float | None
+    success: bool | None
+    first_seen: float
+    last_seen: float
+    ratio: float | None = None  # bandwidth / reference, once judged
+    short: bool = False
+
+    def other(self, node: str) -> str:
+        return self.b if node == self.a else self.a
+
+
+def merge(reports: Iterable[Report]) -> list[Meeting]:
+    """One meeting per (round, pair), from the reports of either end or both."""
+    meetings: dict[tuple[int, str, str], Meeting] = {}
+    for r in reports:
+        if r.node == r.peer:
+            continue
+        a, b = (r.node, r.peer) if r.node < r.peer else (r.peer, r.node)
+        key = (r.round, a, b)
+        m = meetings.get(key)
+        if m is None:
+            meetings[key] = Meeting(r.round, a, b, r.bandwidth, r.success, r.first_seen, r.last_seen)
+            continue
+        m.first_seen, m.last_seen = min(m.first_seen, r.first_seen), max(m.last_seen, r.last_seen)
+        # The better report wins: a missing or failed report from one end must not turn a
+        # measured meeting into a failed one.
+        if r.bandwidth is not None and (m.bandwidth is None or r.bandwidth > m.bandwidth):
+            m.bandwidth = r.bandwidth
+        if r.success is not None:
+            m.success = r.success if m.success is None else (m.success or r.success)
+    return sorted(meetings.values(), key=lambda m: (m.round, m.a, m.b))
+
+
+@dataclass
+class Suspect:
+    kind: str  # host or path
+    hosts: tuple[str, ...]
+    evidence: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return "<->".join(self.hosts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "suspect": self.name, "hosts": list(self.hosts), "evidence": self.evidence}
+
+
+@dataclass
+class Analysis:
+    probe: str
+    window_seconds: float
+    nodes: int
+    rounds: int
+    meetings: int
+    reference: float | None  # the group's median bandwidth in the window, bytes/s
+    expected: float | None
+    suspects: list[Suspect] = field(default_factory=list)
+    unconfirmed: list[Suspect] = field(default_factory=list)
+    not_enough_evidence: str | None = None  # why there is no verdict
+    fleet_slowdown: bool = False
+    problems: tuple[str, ...] = ()  # partial data that was analysed anyway
+
+    def to_dict(self) -> dict[str, Any]:
+        ratio = (
+            self.reference / self.expected
+            if self.reference is not None and self.expected is not None
+            else None
+        )
+        return {
+            "probe": self.probe,
+            "window_seconds": round(self.window_seconds),
+            "nodes": self.nodes,
+            "rounds": self.rounds,
+            "suspects": [s.to_dict() for s in self.suspects],
+            "unconfirmed": [s.to_dict() for s in self.unconfirmed],
+            "meetings": self.meetings,
+            "reference_bandwidth_bytes_per_second": self.reference,
+            "expected_bandwidth_bytes_per_second": self.expected,
+            "fleet": {"slowdown": self.fleet_slowdown, "median_to_expected_ratio": _round(ratio)},
+            "not_enough_evidence": self.not_enough_evidence,
+            "problems": list(self.problems),
+        }
+
+
+def analyze(
+    probe: str,
+    meetings: Sequence[Meeting],
+    *,
+    window_seconds: float,
+    rules: Rules | None = None,
+    expected: float | None = None,
+    nodes: Iterable[str] = (),
+    problems: Sequence[str] = (),
+) -> Analysis:
+    """Suspects of one group from its meetings in the window (see the module docstring)."""
+    rules = rules or Rules()
+    everyone = set(nodes) | {m.a for m in meetings} | {m.b for m in meetings}
+    rounds = len({m.round for m in meetings})
+    measured = [m.bandwidth for m in meetings if m.bandwidth is not None and m.bandwidth > 0]
+    reference = statistics.median(measured) if measured else None
+    result = Analysis(
+        probe,
+        window_seconds,
+        len(everyone),
+        rounds,
+        len(meetings),
+        reference,
+        expected,
+        problems=tuple(problems),
+    )
+    if rounds < rules.min_rounds:
+        result.not_enough_evidence = (
+            f"{rounds} round{'s' if rounds != 1 else ''} of probe {probe} in the window, "
+            f"at least {rules.min_rounds} needed"
+        )
+        return result
+    if reference is None:
+        result.not_enough_evidence = f"no meeting of probe {probe} in the window measured a bandwidth"
+        return result
+    if expected is not None and reference < rules.threshold * expected:
+        result.fleet_slowdown = True
+
+    for m in meetings:
+        m.ratio = m.bandwidth / reference if m.bandwidth is not None else None
+        if m.ratio is not None:
+            m.short = m.ratio < rules.threshold
+        else:
+            m.short = m.success is False
+
+    by_node: dict[str, list[Meeting]] = defaultdict(list)
+    by_pair: dict[tuple[str, str], list[Meeting]] = defaultdict(list)
+    for m in meetings:
+        by_node[m.a].append(m)
+        by_node[m.b].append(m)
+        by_pair[(m.a, m.b)].append(m)
+    # Per node: fine and short meetings, and the partners it was fine with.
+    fine: dict[str, int] = defaultdict(int)
+    short: dict[str, int] = defaultdict(int)
+    fine_partners: dict[str, set[str]] = defaultdict(set)
+    for m in meetings:
+        for end in (m.a, m.b):
+            if m.short:
+                short[end] += 1
+            else:
+                fine[end] += 1
+                fine_partners[end].add(m.other(end))
+    pair_fine: dict[tuple[str, str], int] = defaultdict(int)
+    pair_short: dict[tuple[str, str], int] = defaultdict(int)
+    for key, ms in by_pair.items():
+        pair_short[key] = sum(m.short for m in ms)
+        pair_fine[key] = len(ms) - pair_short[key]
+
+    def clean(node: str, apart_from: str) -> bool:
+        """Did better with its other partners than short: never the one to blame here."""
+        key = (node, apart_from) if node < apart_from else (apart_from, node)
+        ok = fine[node] - pair_fine.get(key, 0)
+        bad = short[node] - pair_short.get(key, 0)
+        return ok >= 1 and bad <= ok
+
+    for ms in by_node.values():
+        ms.sort(key=lambda m: (m.round, m.first_seen))
+    position = {(node, id(m)): i for node, ms in by_node.items() for i, m in enumerate(ms)}
+
+    def clean_then(partner: str, m: Meeting) -> bool:
+        """Was ``partner`` fine with its other partners around meeting ``m``? Its nearest
+        ``_AROUND`` meetings with others before and after must be mostly fine: a bad host that met
+        the node is not clean while it is bad, however fine it was earlier in the window."""
+        ms, i = by_node[partner], position[(partner, id(m))]
+        node = m.other(partner)
+        around: list[Meeting] = []
+        for step in (-1, 1):
+            j, found = i + step, 0
+            while 0 <= j < len(ms) and found < _AROUND:
+                if ms[j].other(partner) != node:
+                    around.append(ms[j])
+                    found += 1
+                j += step
+        fine_around = sum(not x.short for x in around)
+        return fine_around > len(around) - fine_around
+
+    hosts: dict[str, Suspect] = {}
+    leaning: dict[str, Suspect] = {}
+    for node, ms in by_node.items():
+        episode = _host_episode(node, ms, rules, clean_then)
+        if episode is None:
+            continue
+        suspect, named = episode
+        (hosts if named else leaning)[node] = suspect
+
+    paths: list[Suspect] = []
+    singles: list[Suspect] = []
+    for (a, b), ms in by_pair.items():
+        if a in hosts or b in hosts:
+            continue
+        ms.sort(key=lambda m: (m.round, m.first_seen))
+        streak = _trailing_or_longest_streak(ms)
+        if not streak:
+            continue
+        others_a = len(fine_partners[a] - {b})
+        others_b = len(fine_partners[b] - {a})
+        evidence = {
+            "meetings": [_meeting_evidence(m, a) for m in streak],
+            "median_ratio": _round(_median_ratio(streak)),
+            "rounds": [m.round for m in streak],
+            "first_seen": _time(streak[0].first_seen),
+            "last_seen": _time(streak[-1].last_seen),
+            "fine_partners": {a: others_a, b: others_b},
+            "ongoing": streak[-1] is ms[-1],
+        }
+        ends_fine = others_a >= rules.clean_partners and others_b >= rules.clean_partners
+        if len(streak) >= rules.path_meetings and ends_fine and clean(a, b) and clean(b, a):
+            paths.append(Suspect("path", (a, b), evidence))
+        elif streak[-1] is ms[-1]:
+            if len(streak) >= rules.path_meetings:
+                evidence["why_unconfirmed"] = (
+                    f"both ends must have been fine with at least {rules.clean_partners} other partners "
+                    "each, and clean"
+                )
+            else:
+                evidence["why_unconfirmed"] = (
+                    f"short in {len(streak)} meeting{'s' if len(streak) > 1 else ''}; "
+                    f"{rules.path_meetings} in a row name a path"
+                )
+            singles.append(Suspect("path", (a, b), evidence))
+
+    result.suspects = sorted(hosts.values(), key=_severity) + sorted(paths, key=_severity)
+    result.unconfirmed = sorted(leaning.values(), key=_severity) + sorted(singles, key=_severity)
+    return result
+
+
+def _host_episode(
+    node: str, ms: list[Meeting], rules: Rules, clean_then: Callable[[str, Meeting], bool]
+) -> tuple[Suspect, bool] | None:
+    """The node's latest run of short meetings that names it (True), or its ongoing run that
+    leans on it without naming it (False)."""
+    streaks: list[tuple[list[Meeting], list[str]]] = []
+    after_fine = True
+    for m in ms:
+        if not m.short:
+            after_fine = True
+            continue
+        if after_fine:
+            streaks.append(([], []))
+            after_fine = False
+        run, partners = streaks[-1]
+        run.append(m)
+        other = m.other(node)
+        if other not in partners and clean_then(other, m):
+            partners.append(other)
+    naming = [s for s in streaks if len(s[1]) >= rules.host_partners]
+    if naming:
+        chosen, named_by = naming[-1]
+    elif streaks and streaks[-1][0][-1] is ms[-1] and len(streaks[-1][1]) >= 2:
+        chosen, named_by = streaks[-1]
+    else:
+        return None
+    named = len(named_by) >= rules.host_partners
+    evidence = {
+        "meetings": [_meeting_evidence(m, node) for m in chosen],
+        "partners": named_by,
+        "median_ratio": _round(_median_ratio(chosen)),
+        "rounds": [m.round for m in chosen],
+        "first_seen": _time(chosen[0].first_seen),
+        "last_seen": _time(chosen[-1].last_seen),
+        "ongoing": chosen[-1] is ms[-1],
+    }
+    if not named:
+        evidence["why_unconfirmed"] = (
+            f"short with {len(named_by)} clean partners in a row; {rules.host_partners} name a host"
+        )
+    return Suspect("host", (node,), evidence), named
+
+
+def _trailing_or_longest_streak(ms: list[Meeting]) -> list[Meeting]:
+    """The pair's longest run of short meetings, the latest one on a tie."""
+    best: list[Meeting] = []
+    run: list[Meeting] = []
+    for m in ms:
+        if m.short:
+            run.append(m)
+            if len(run) >= len(best):
+                best = list(run)
+        else:
+            run = []
+    return best
+
+
+def _meeting_evidence(m: Meeting, node: str) -> dict[str, Any]:
+    return {
+        "round": m.round,
+        "peer": m.other(node),
+        "ratio": _round(m.ratio),
+        "bandwidth_bytes_per_second": m.bandwidth,
+        "result": "failed" if m.bandwidth is None else "degraded",
+    }
+
+
+def _median_ratio(ms: Sequence[Meeting]) -> float | None:
+    ratios = [m.ratio for m in ms if m.ratio is not None]
+    return statistics.median(ratios) if ratios else (0.0 if ms else None)
+
+
+def _severity(s: Suspect) -> tuple[float, str]:
+    ratio = s.evidence.get("median_ratio")
+    return (ratio if isinstance(ratio, float) else 1.0, s.name)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _time(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- from Prometheus range queries -------------------------------------------------------------
+
+
+@dataclass
+class Reduced:
+    reports: list[Report]
+    nodes: set[str]  # names of nodes whose agents export the group's results
+    expected: float | None  # median of the agents' expectations, when they export one
+    problems: list[str]
+
+
+def reduce_series(
+    probe: str,
+    node_info: Sequence[Mapping[str, Any]],
+    rounds: Sequence[Mapping[str, Any]],
+    bandwidth: Sequence[Mapping[str, Any]],
+    peer_success: Sequence[Mapping[str, Any]],
+    expected: Sequence[Mapping[str, Any]] = (),
+) -> Reduced:
+    """Reports of one group from the ``result`` lists of range queries (``resultType`` matrix).
+
+    Series are tied to a node by their target (every label but the metric's own: ``instance``,
+    ``job`` and whatever relabelling added) and ``clusterhealth_node_info{node}`` of that target;
+    a sample belongs to the round ``clusterhealth_probe_round`` of the same target had at the same
+    step. Whatever cannot be tied is named in ``problems``.
+    """
+    problems: list[str] = []
+    names: dict[tuple[tuple[str, str], ...], str] = {}
+    for series in node_info:
+        labels = series.get("metric", {})
+        target = _target(labels, ("node",))
+        node = labels.get("node")
+        if node:
+            names[target] = node  # the last one seen when an agent was renamed in the window
+    round_at: dict[tuple[tuple[str, str], ...], dict[float, int]] = {}
+    for series in rounds:
+        labels = series.get("metric", {})
+        if labels.get("probe") != probe:
+            continue
+        steps = round_at.setdefault(_target(labels, ("probe",)), {})
+        for t, v in _values(series):
+            if math.isfinite(v):
+                steps[t] = int(v)
+
+    found: dict[tuple[int, str, str], list[Any]] = {}
+    untied: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def add(series: Mapping[str, Any], slot: int) -> None:
+        labels = series.get("metric", {})
+        if labels.get("probe") != probe:
+            return
+        peer = labels.get("peer", "")
+        if not peer:
+            return  # a node-local probe of the same name: not a meeting
+        target = _target(labels, ("probe", "peer"))
+        node = names.get(target)
+        if node is None:
+            untied[target] = f"{_show(target)} exports {probe} results but no {NODE_INFO}"
+            return
+        steps = round_at.get(target, {})
+        for t, v in _values(series):
+            r = steps.get(t)
+            if r is None:
+                untied[target] = f"{_show(target)} ({node}) exports {probe} results without {ROUND}"
+                continue
+            entry = found.setdefault((r, node, peer), [None, None, t, t])
+            entry[slot] = v
+            entry[2], entry[3] = min(entry[2], t), max(entry[3], t)
+
+    for series in bandwidth:
+        add(series, 0)
+    for series in peer_success:
+        add(series, 1)
+    problems.extend(sorted(untied.values()))
+
+    reports = []
+    for (r, node, peer), (bw, ok, first, last) in found.items():
+        bandwidth_value = bw if bw is not None and math.isfinite(bw) and bw > 0 else None
+        success = None if ok is None or not math.isfinite(ok) else ok >= 0.5
+        reports.append(Report(r, node, peer, bandwidth_value, success, first, last))
+    exporting = {names[t] for t in round_at if t in names}
+    expectations = [
+        v
+        for series in expected
+        if series.get("metric", {}).get("probe") == probe
+        for _, v in _values(series)[-1:]
+        if math.isfinite(v) and v > 0
+    ]
+    return Reduced(
+        reports,
+        exporting,
+        statistics.median(expectations) if expectations else None,
+        problems,
+    )
+
+
+def _target(labels: Mapping[str, str], own: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in own))
+
+
+def _show(target: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in target) + "}"
+
+
+def _values(series: Mapping[str, Any]) -> list[tuple[float, float]]:
+    out = []
+    for pair in series.get("values", ()):
+        try:
+            out.append((float(pair[0]), float(pair[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def render_table(analysis: Analysis) -> str:
+    """The human view: one line per suspect, then the unconfirmed ones, then a summary."""
+    lines = []
+    hours = analysis.window_seconds / 3600
+    head = (
+        f"probe {analysis.probe}: {analysis.nodes} nodes, {analysis.rounds} rounds, "
+        f"{analysis.meetings} meetings in {hours:g} h"
+    )
+    if analysis.reference is not None:
+        head += f"; reference {_rate(analysis.reference)} (the group's median)"
+    lines.append(head)
+    if analysis.expected is not None and analysis.reference is not None:
+        ratio = analysis.reference / analysis.expected
+        if analysis.fleet_slowdown:
+            lines.append(
+                f"FLEET-WIDE SLOWDOWN: the group's median is {ratio:.0%} of the agents' expectation "
+                f"{_rate(analysis.expected)}; suspects below are judged against the median"
+            )
+    for problem in analysis.problems:
+        lines.append(f"partial data: {problem}")
+    if analysis.not_enough_evidence:
+        lines.append(f"not enough evidence: {analysis.not_enough_evidence}")
+        return "\n".join(lines) + "\n"
+    header = ("SUSPECT", "KIND", "RATIO", "EVIDENCE", "ROUNDS", "FIRST SEEN", "LAST SEEN")
+    rows = [_row(s) for s in analysis.suspects]
+    if rows:
+        lines.append("")
+        lines.extend(_columns([header, *rows]))
+    else:
+        lines.append("no suspect")
+    if analysis.unconfirmed:
+        lines.append("")
+        lines.append("unconfirmed (not suspects):")
+        lines.extend(_columns([header, *(_row(s) for s in analysis.unconfirmed)]))
+    return "\n".join(lines) + "\n"
+
+
+_AROUND = 2  # a partner's meetings with others, each side of a meeting, that say whether it was fine
+_SHOWN = 4  # meetings listed in a table row; the JSON has them all
+
+
+def _row(s: Suspect) -> tuple[str, ...]:
+    e = s.evidence
+    shown = e["meetings"][:_SHOWN]
+    shorts = ", ".join(
+        f"{m['peer']} {m['ratio']:.2f}" if m["ratio"] is not None else f"{m['peer']} failed" for m in shown
+    )
+    if len(e["meetings"]) > _SHOWN:
+        shorts += f" and {len(e['meetings']) - _SHOWN} more"
+    if s.kind == "host":
+        text = f"short with {shorts}"
+    else:
+        fine = ", ".join(f"{k} fine with {v}" for k, v in e["fine_partners"].items())
+        ratios = ", ".join(f"{m['ratio']:.2f}" if m["ratio"] is not None else "failed" for m in e["meetings"])
+        count = len(e["meetings"])
+        text = f"{count} meeting{'s' if count > 1 else ''} short ({ratios}); {fine} others"
+    if "why_unconfirmed" in e:
+        text += f" [{e['why_unconfirmed']}]"
+    ratio = e.get("median_ratio")
+    rounds = e["rounds"]
+    return (
+        s.name,
+        s.kind,
+        f"{ratio:.2f}" if isinstance(ratio, float) else "-",
+        text,
+        f"{rounds[0]}-{rounds[-1]}" if len(rounds) > 2 else ",".join(str(r) for r in rounds),
+        e["first_seen"],
+        e["last_seen"] + (" (ongoing)" if e.get("ongoing") else ""),
+    )
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _rate(bytes_per_second: float) -> str:
+    return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s ({bytes_per_second / 1e9:.2f} GB/s)"

@@ -1,0 +1,282 @@
+"""The pairwise schedule: perfect matchings every member derives alone, and the confirming rematch."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterhealth.checks.fabric.members import parse_members
+from clusterhealth.checks.fabric.schedule import (
+    CONFIRM_ATTEMPTS,
+    MembershipError,
+    Played,
+    RoundTiming,
+    Schedule,
+    confirming,
+    regular,
+    round_at,
+)
+
+names = st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True), min_size=2, max_size=40, unique=True)
+seeds = st.text(min_size=0, max_size=12)
+rounds = st.integers(min_value=0, max_value=10**9)
+
+
+@given(names, seeds, rounds)
+def test_every_round_is_a_perfect_matching(members: list[str], seed: str, r: int) -> None:
+    matching = Schedule(members, seed).matching(r)
+    met = [n for p in matching.pairs for n in (p.server, p.client)]
+    assert len(met) == len(set(met)), "a member meets twice in one round"
+    left = set(members) - set(met)
+    if len(members) % 2 == 0:
+        assert left == set() and matching.sitting_out is None
+    else:
+        assert left == {matching.sitting_out}
+
+
+@given(names, seeds, rounds)
+@settings(max_examples=60)
+def test_every_pair_meets_once_in_any_cycle_of_rounds(members: list[str], seed: str, start: int) -> None:
+    schedule = Schedule(members, seed)
+    n = len(members)
+    assert schedule.cycle == (n - 1 if n % 2 == 0 else n)
+    met = [
+        frozenset((p.server, p.client))
+        for r in range(start, start + schedule.cycle)
+        for p in schedule.matching(r).pairs
+    ]
+    assert len(met) == len(set(met)) == n * (n - 1) // 2
+
+
+@given(names, seeds, rounds, st.randoms(use_true_random=False))
+def test_every_member_computes_the_same_matching(members: list[str], seed: str, r: int, rnd: object) -> None:
+    # Each agent reads the member list in its own order (a file re-written by another tool, a
+    # different inventory order) and asks only about itself.
+    reference = Schedule(members, seed).matching(r)
+    expected = {p.server: p for p in reference.pairs} | {p.client: p for p in reference.pairs}
+    for node in members:
+        shuffled = list(members)
+        rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+        assert Schedule(shuffled, seed).partner(node, r) == expected.get(node)
+
+
+@given(names, seeds, rounds)
+def test_roles_are_complementary_and_alternate_between_cycles(members: list[str], seed: str, r: int) -> None:
+    schedule = Schedule(members, seed)
+    for pair in schedule.matching(r).pairs:
+        assert schedule.partner(pair.server, r) == pair == schedule.partner(pair.client, r)
+        assert pair.role_of(pair.server) == "server" and pair.role_of(pair.client) == "client"
+        again = schedule.partner(pair.server, r + schedule.cycle)
+        assert again is not None and again.server == pair.client, "same direction two cycles running"
+
+
+def test_schedule_is_the_same_in_another_process_with_another_hash_seed() -> None:
+    members = [f"gpu-{i:03d}" for i in range(37)]
+    here = [Schedule(members, "fabric").matching(r) for r in range(40)]
+    code = (
+        "from clusterhealth.checks.fabric.schedule import Schedule\n"
+        f"s = Schedule({members!r}, 'fabric')\n"
+        "for r in range(40):\n"
+        "    m = s.matching(r)\n"
+        "    print(m.sitting_out, ' '.join(p.server + '>' + p.client for p in m.pairs))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout.splitlines()
+    assert out == [f"{m.sitting_out} " + " ".join(f"{p.server}>{p.client}" for p in m.pairs) for m in here]
+
+
+def test_the_seed_changes_the_pairing_and_neighbours_are_not_paired_first() -> None:
+    members = [f"n{i:02d}" for i in range(16)]
+    a, b = Schedule(members, "fabric"), Schedule(members, "storage")
+    assert [a.matching(r) for r in range(15)] != [b.matching(r) for r in range(15)]
+    first = {frozenset((p.server, p.client)) for p in a.matching(0).pairs}
+    neighbours = {frozenset(pair) for pair in itertools.pairwise(members)}
+    assert len(first & neighbours) < 4
+
+
+def test_small_groups() -> None:
+    assert Schedule(["solo"], "g").matching(7).sitting_out == "solo"
+    assert Schedule(["solo"], "g").partner("solo", 7) is None
+    assert Schedule([], "g").matching(0).pairs == ()
+    two = Schedule(["a", "b"], "g")
+    assert all(two.partner("a", r) is not None for r in range(5))
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        (["h1", "h2", "h1"], "listed twice: h1"),
+        (["h1", ""], "member ''"),
+        (["h1", "h 2"], "member 'h 2'"),
+    ],
+)
+def test_bad_members_are_named(members: list[str], message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        Schedule(members, "g")
+
+
+def test_a_member_that_left_or_is_not_listed_plans_nothing() -> None:
+    schedule = Schedule(["h1", "h2", "h3", "h4"], "g")
+    assert regular(schedule, "h9", 3).partner is None
+    assert regular(schedule, "h9", 3).why == "not a member of the group"
+
+
+@given(st.integers(min_value=2, max_value=30), rounds)
+def test_membership_change_mid_cycle_gives_a_perfect_matching_at_once(n: int, r: int) -> None:
+    before = [f"h{i}" for i in range(n)]
+    for after in ([*before, "joined"], before[1:]):
+        matching = Schedule(after, "g").matching(r)
+        met = [x for p in matching.pairs for x in (p.server, p.client)]
+        assert len(met) == len(set(met)) and set(met) | {matching.sitting_out} >= set(after)
+
+
+# --- the confirming meeting -------------------------------------------------------------------
+
+
+def _played(schedule: Schedule, node: str, r: int, short: bool | None) -> Played:
+    pair = schedule.partner(node, r)
+    if pair is None:  # sits out (odd group): nothing measured
+        return Played(r, None, None, None)
+    return Played(r, pair.other(node), pair.role_of(node), short)
+
+
+def _history(schedule: Schedule, node: str, shorts: dict[int, bool | None]) -> dict[int, Played]:
+    return {r: _played(schedule, node, r, s) for r, s in shorts.items()}
+
+
+@given(
+    st.integers(min_value=2, max_value=40), rounds, st.integers(min_value=0, max_value=CONFIRM_ATTEMPTS - 1)
+)
+def test_both_ends_of_a_short_meeting_plan_the_same_confirming_meeting(
+    n: int, r: int, busy_rounds: int
+) -> None:
+    # Both ends fine in the rounds after, each busy (or partner-less) in the first ``busy_rounds``.
+    schedule = Schedule([f"h{i}" for i in range(n)], "g")
+    at = r + 1 + busy_rounds
+    for pair in schedule.matching(r).pairs:
+        a, b = pair.server, pair.client
+        if schedule.partner(a, at) is None or schedule.partner(b, at) is None:
+            continue  # an end sits out that round (odd group): it has nothing to vouch with
+        plans = []
+        for x in (a, b):
+            shorts: dict[int, bool | None] = {r: True}
+            shorts |= {t: None for t in range(r + 1, at)} | {at: False}
+            history = _history(schedule, x, shorts)
+            history[r] = Played(r, pair.other(x), pair.role_of(x), True)
+            assert all(confirming(schedule, x, t, history) is None for t in range(r + 1, at))
+            plans.append(confirming(schedule, x, at, history))
+        assert [p.partner if p else None for p in plans] == [b, a]
+        assert [p.role if p else None for p in plans] == ["server", "client"], "the direction is kept"
+        assert all(p is not None and p.confirming and p.round == at for p in plans)
+
+
+@given(st.integers(min_value=2, max_value=40), rounds)
+def test_a_fine_meeting_is_not_confirmed(n: int, r: int) -> None:
+    schedule = Schedule([f"h{i}" for i in range(n)], "g")
+    for node in schedule.members:
+        assert confirming(schedule, node, r + 1, _history(schedule, node, {r: False, r + 1: False})) is None
+        assert confirming(schedule, node, r + 1, _history(schedule, node, {r: None, r + 1: None})) is None
+
+
+def test_no_confirming_meeting_unless_this_rounds_own_meeting_was_fine() -> None:
+    # Short again: the node is the likelier culprit, the host rule will name it; its partner finds
+    # it absent. Busy: it cannot vouch for itself this round, and tries again the next.
+    schedule = Schedule([f"h{i}" for i in range(8)], "g")
+    assert confirming(schedule, "h0", 11, _history(schedule, "h0", {10: True, 11: True})) is None
+    assert confirming(schedule, "h0", 11, _history(schedule, "h0", {10: True, 11: None})) is None
+    assert (
+        confirming(schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: None, 12: False})) is not None
+    )
+    assert (
+        confirming(schedule, "h0", 12, _history(schedule, "h0", {10: True, 11: True, 12: False})) is not None
+    )
+    waiting = _history(schedule, "h0", {10: True, 11: True, 12: False})
+    first = confirming(schedule, "h0", 12, waiting)
+    assert first is not None and first.partner == waiting[10].partner, "the oldest waiting goes first"
+    done = {12: Played(12, waiting[10].partner, waiting[10].role, True)}
+    second = confirming(schedule, "h0", 13, waiting | _history(schedule, "h0", {13: False}), done)
+    assert second is not None and second.partner == waiting[11].partner
+
+
+def test_a_confirming_meeting_that_did_not_happen_is_tried_again_then_given_up() -> None:
+    schedule = Schedule([f"h{i}" for i in range(8)], "g")
+    history = _history(schedule, "h0", {10: True, 11: False, 12: False, 13: False, 14: False})
+    partner, role = history[10].partner, history[10].role
+    absent = {t: Played(t, partner, role, None) for t in (11, 12)}
+    assert confirming(schedule, "h0", 11, history) is not None
+    assert confirming(schedule, "h0", 12, history, {11: absent[11]}) is not None
+    assert confirming(schedule, "h0", 13, history, absent) is not None
+    assert confirming(schedule, "h0", 10 + CONFIRM_ATTEMPTS + 1, history, absent) is None
+    measured = {11: Played(11, partner, role, False)}
+    assert confirming(schedule, "h0", 12, history, measured) is None, "confirmed (fine) already"
+
+
+def test_a_confirming_meeting_with_a_member_that_left_is_dropped() -> None:
+    before = Schedule(["h0", "h1", "h2", "h3"], "g")
+    history = _history(before, "h0", {10: True, 11: False})
+    gone = history[10].partner
+    after = Schedule([n for n in before.members if n != gone], "g")
+    assert confirming(after, "h0", 11, history) is None
+    assert confirming(before, "h0", 11, history) is not None
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def test_round_timing_tolerates_the_skew_it_is_built_for() -> None:
+    timing = RoundTiming(period=60, run_seconds=8, skew=2, confirm_runs=2)
+    assert timing.problem() is None
+    half = timing.skew / 2
+    for server_offset, client_offset in itertools.product((-half, 0, half), repeat=2):
+        # Offsets of each clock from true time; their difference is at most the skew.
+        for slot_start in (0.0, timing.confirm_start):
+            server_listens = slot_start - server_offset
+            client_first_try = slot_start + timing.grace - client_offset
+            client_last_try = slot_start + timing.connect_until - client_offset
+            server_gives_up = slot_start + timing.accept_until - server_offset
+            assert client_first_try >= server_listens + timing.startup
+            assert client_last_try <= server_gives_up
+        # The regular slot is over on every clock before the confirming slot starts on any.
+        assert timing.slot_deadline() + half <= timing.confirm_start - half
+        assert timing.confirm_start + timing.slot_deadline(confirming=True) + half <= timing.period - half
+    assert "period of at least" in (RoundTiming(period=20, run_seconds=12, skew=5).problem() or "")
+    assert round_at(119.99, 60) == 1 and round_at(120, 60) == 2
+
+
+# --- the inventory file ------------------------------------------------------------------------
+
+
+def test_members_file_reads_names_and_addresses() -> None:
+    assert parse_members("h1: 10.0.0.1\nh2: 10.0.0.2\nh3: node-3.example\n") == {
+        "h1": "10.0.0.1",
+        "h2": "10.0.0.2",
+        "h3": "node-3.example",
+    }
+    assert parse_members("") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("h1: 10.0.0.1\nh2: 10.0.0.2\nh1: 10.0.0.3\n", "line 3: member 'h1' listed twice .first on line 1"),
+        ("h1: 10.0.0.1\nh2: 10.0.0.1\n", "members h1 and h2 have the same address 10.0.0.1"),
+        ("h1:\n", "member h1: expected an IP address or a host name, got None"),
+        ("- h1\n- h2\n", "expected a mapping of node name to address"),
+        ("h1: [10.0.0.1\n", "not valid YAML"),
+        ("'h 1': 10.0.0.1\n", "member 'h 1'"),
+    ],
+)
+def test_members_file_problems_are_named(text: str, message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        parse_members(text)
