@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
+import reprlib
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,14 +41,39 @@ class ConfigError(Exception):
         super().__init__(detail)
 
 
+class _Preview(reprlib.Repr):
+    """A bounded repr: a value that aliases expand to billions of items renders in microseconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 3, 60, 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 6
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int longer than 4300 digits raises; a YAML hex literal can be that long.
+        return (
+            super().repr_int(x, level) if x.bit_length() <= 128 else f"<an integer of {x.bit_length()} bits>"
+        )
+
+
+_PREVIEW = _Preview()
+
+
 def _show(value: object) -> str:
-    text = repr(value)
+    text = _PREVIEW.repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _name(key: object) -> str:
+    """A mapping key as it appears in a key path, cut short like values are."""
+    text = key if isinstance(key, str) else _show(key)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_listen(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    # isdigit() alone accepts "²" and other digits int() refuses.
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or not int(port) < 65536:
         return (
             "HOST:PORT with a port up to 65535 (HOST may be empty for all addresses, port 0 picks a free one)"
         )
@@ -174,7 +201,10 @@ PLACEHOLDERS = ("peer", "node", "gpus")
 def parse_bandwidth(text: str) -> float | None:
     """`460 GB/s` (bytes, as nccl-tests prints) or `400 Gb/s` (bits) -> bytes per second."""
     m = _BANDWIDTH.fullmatch(text)
-    return float(m.group(1)) * _BANDWIDTH_FACTORS[m.group(2)] if m else None
+    if not m:
+        return None
+    value = float(m.group(1)) * _BANDWIDTH_FACTORS[m.group(2)]
+    return value if math.isfinite(value) else None  # 400 digits read as a float are inf
 
 
 def _check_expect(value: str) -> str | None:
@@ -319,22 +349,116 @@ class Config:
 
 T = TypeVar("T")
 
+# A config file holds a few hundred values. YAML aliases let a few hundred bytes stand for billions
+# (each alias repeats what its anchor names), so the expanded document is bounded before anything
+# is built from it; so is its nesting, which PyYAML walks recursively.
+MAX_DOCUMENT_VALUES = 100_000
+MAX_DEPTH = 32
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _DocumentProblem(Exception):
+    def __init__(self, key: str, expected: str):
+        super().__init__(f"{key}: expected {expected}")
+        self.key, self.expected = key, expected
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what YAML allows but a config file must not hold.
+
+    A key given twice in one mapping (PyYAML keeps the last silently; keys merged in with ``<<``
+    may still be overridden), aliases that expand to more than MAX_DOCUMENT_VALUES values, an alias
+    inside the value it names, and nesting deeper than MAX_DEPTH. A scalar that its YAML type
+    cannot hold (the date 2001-13-45, a 5000-digit integer) is a YAML error at its line.
+    """
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        _expanded_size(node, "", 0, {}, set())
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as err:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.tag.rpartition(':')[2]} value ({err})", node.start_mark
+            ) from err
+
+
+def _expanded_size(node: yaml.Node, key: str, depth: int, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values `node` stands for once aliases are expanded (memoized: aliases share nodes)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    if depth > MAX_DEPTH:
+        raise _DocumentProblem(key, f"values nested at most {MAX_DEPTH} levels deep")
+    if id(node) in open_:
+        raise _DocumentProblem(key, "no alias inside the value its anchor names")
+    open_.add(id(node))
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *defaults` lands its keys in this mapping
+                total += _expanded_size(value_node, key, depth + 1, sizes, open_)
+                continue
+            child = key
+            if isinstance(key_node, yaml.ScalarNode):
+                child = _join(key, _name(key_node.value))
+                line, identity = key_node.start_mark.line + 1, (key_node.tag, key_node.value)
+                if identity in first_line:
+                    raise _DocumentProblem(
+                        child,
+                        f"each key once per mapping (lines {first_line[identity]} and {line} both set it)",
+                    )
+                first_line[identity] = line
+            total += _expanded_size(key_node, child, depth + 1, sizes, open_)
+            total += _expanded_size(value_node, child, depth + 1, sizes, open_)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            total += _expanded_size(item, f"{key}[{i}]", depth + 1, sizes, open_)
+    open_.discard(id(node))
+    if total > MAX_DOCUMENT_VALUES:
+        raise _DocumentProblem(
+            key, f"at most {MAX_DOCUMENT_VALUES} values once YAML aliases are expanded (found {total})"
+        )
+    sizes[id(node)] = total
+    return total
+
+
+def _read_yaml(path: str | Path, source: str) -> Any:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(source, "", "a readable file", err.strerror or str(err)) from err
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        got = f"byte 0x{raw[err.start]:02x} on line {line}"
+        raise ConfigError(source, "", "a UTF-8 text file", got) from err
+    loader = _ConfigLoader(text)
+    try:
+        return loader.get_single_data()
+    except _DocumentProblem as err:
+        raise ConfigError(source, err.key, err.expected) from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"valid YAML (line {mark.line + 1})" if mark is not None else "valid YAML"
+        raise ConfigError(source, "", where, getattr(err, "problem", None) or str(err)) from err
+    except RecursionError as err:  # PyYAML composes nested collections recursively
+        raise ConfigError(source, "", f"values nested at most {MAX_DEPTH} levels deep") from err
+    finally:
+        loader.dispose()
+
 
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Read and validate a config file (None: defaults), then apply dotted-key overrides (flags)."""
     data: Any = {}
     source = str(path) if path is not None else "<defaults>"
     if path is not None:
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise ConfigError(source, "", "a readable file", err.strerror or str(err)) from err
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f"valid YAML (line {mark.line + 1})" if mark is not None else "valid YAML"
-            raise ConfigError(source, "", where, getattr(err, "problem", None) or str(err)) from err
+        data = _read_yaml(path, source)
         if data is None:
             data = {}
     for dotted, value in (overrides or {}).items():
@@ -361,7 +485,7 @@ def from_mapping(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))
-            raise ConfigError(source, _join(prefix, str(key)), f"one of the known keys ({known})", key)
+            raise ConfigError(source, _join(prefix, _name(key)), f"one of the known keys ({known})", key)
     values: dict[str, Any] = {}
     for name, f in fields.items():
         if name in data:
@@ -395,7 +519,7 @@ def _convert(hint: Any, value: Any, meta: Mapping[str, Any], source: str, key: s
         if not isinstance(value, dict):
             raise ConfigError(source, key, "a mapping", value)
         mapping = {
-            _convert(args[0], k, {}, source, key): _convert(args[1], v, {}, source, f"{key}.{k}")
+            _convert(args[0], k, {}, source, key): _convert(args[1], v, {}, source, f"{key}.{_name(k)}")
             for k, v in value.items()
         }
         check = meta.get("check")
@@ -431,11 +555,18 @@ def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
 def _check_bounds(value: Any, meta: Mapping[str, Any], source: str, key: str) -> None:
     lo, hi, choices, check = meta.get("min"), meta.get("max"), meta.get("choices"), meta.get("check")
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if is_number and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+    # NaN compares false with every bound, so it has to be refused by name (.nan, .inf are YAML floats).
+    if is_number and (
+        (isinstance(value, float) and not math.isfinite(value))
+        or (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+    ):
         if lo is not None and hi is not None:
             expected = f"a number between {lo:g} and {hi:g}"
-        else:
+        elif lo is not None or hi is not None:
             expected = f"a number of at least {lo:g}" if lo is not None else f"a number of at most {hi:g}"
+        else:
+            expected = "a finite number"
         raise ConfigError(source, key, expected, value)
     if choices is not None and value not in choices:
         raise ConfigError(source, key, "one of " + ", ".join(choices), value)

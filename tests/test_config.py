@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import signal
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pytest
 import yaml
 
 from clusterhealth.agent import config as configuration
 
-from .conftest import run_cli
+from .conftest import AgentProcess, run_cli, scenario, value
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -121,3 +126,259 @@ def test_reference_documents_every_leaf_key() -> None:
     assert all(doc for _, _, doc in rows)
     assert dict((k, d) for k, d, _ in rows)["collectors.gpu.interval_seconds"] == "10.0"
     assert dict((k, d) for k, d, _ in rows)["listen"] == '":9845"'
+
+
+LATIN1_COMMENT = "# réseau du nœud\nlog_level: info\n".encode("latin-1", errors="replace")
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "clusterhealth.yaml"
+    path.write_bytes(LATIN1_COMMENT)
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    assert str(caught.value) == f"{path}: <top level>: expected a UTF-8 text file, got 'byte 0xe9 on line 1'"
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "clusterhealth.yaml"
+    path.write_bytes("\ufeff# réseau\nlog_level: debug\n".encode())
+    assert configuration.load(path).log_level == "debug"
+
+
+@pytest.mark.parametrize("command", ["agent", "scrape", "check"])
+def test_a_file_that_is_not_utf8_exits_2_naming_it(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "clusterhealth.yaml"
+    path.write_bytes(LATIN1_COMMENT)
+    result = run_cli(command, "--config", str(path))
+    assert result.returncode == 2, result.stderr
+    assert f"configuration error: {path}: <top level>: expected a UTF-8 text file" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sighup_with_a_file_that_is_not_utf8_keeps_the_agent_serving(
+    agent_process: Callable[..., AgentProcess], write_scenario: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path, "collectors:\n  gpu:\n    interval_seconds: 0.5\n  kernel_log:\n    enabled: false\n"
+    )
+    agent = agent_process("--config", str(path), "--simulate", str(write_scenario(scenario())))
+    agent.wait_for(lambda: "clusterhealth_gpu_up" in agent.metrics(), what="GPU series")
+    path.write_bytes(LATIN1_COMMENT)
+    agent.signal(signal.SIGHUP)
+    agent.wait_for(lambda: any("reload failed" in line for line in agent.lines), what="the reload error")
+    error = next(line for line in agent.lines if "reload failed" in line)
+    assert "level=error" in error and f"{path}: <top level>: expected a UTF-8 text file" in error
+    assert agent.proc.poll() is None
+    assert value(agent.metrics(), "clusterhealth_gpu_up", gpu="0") == 1
+    assert agent.health()["collectors"]["gpu"]["interval_seconds"] == 0.5
+    assert not any("Traceback" in line for line in agent.lines)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        (
+            "collectors:\n  gpu:\n    timeout_seconds: .nan\n",
+            "collectors.gpu.timeout_seconds",
+            "between 1 and",
+        ),
+        ("collectors:\n  gpu:\n    interval_seconds: .NaN\n", "collectors.gpu.interval_seconds", "between"),
+        ("collectors:\n  rdma:\n    interval_seconds: .inf\n", "collectors.rdma.interval_seconds", "between"),
+        (
+            "collectors:\n  audit:\n    timeout_seconds: -.inf\n",
+            "collectors.audit.timeout_seconds",
+            "between",
+        ),
+        ("probing:\n  degraded_fraction: .nan\n", "probing.degraded_fraction", "between 0.01 and 1"),
+        (
+            "probes:\n  - {name: p, argv: [x], jitter_seconds: .nan}\n",
+            "probes[0].jitter_seconds",
+            "between 0 and",
+        ),
+        (
+            "probes:\n  - {name: p, argv: [x], degraded_fraction: .nan}\n",
+            "probes[0].degraded_fraction",
+            "between",
+        ),
+        (
+            "policy:\n  gpu_health:\n    xid_window_seconds: .nan\n",
+            "policy.gpu_health.xid_window_seconds",
+            "between 60 and",
+        ),
+        (
+            "policy:\n  rdma_ports:\n    - {rate_gbps: .nan}\n",
+            "policy.rdma_ports[0].rate_gbps",
+            "between 1 and",
+        ),
+    ],
+)
+def test_nan_and_infinity_are_refused(tmp_path: Path, text: str, key: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {key}: expected a number ")
+    assert expected in message
+
+
+def _float_settings(cls: type, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key path, the smallest data setting that key to NaN) for every float setting of `cls`."""
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = [a for a in get_args(hint) if a is not type(None)]
+        hint = args[0] if get_origin(hint) in (Union, types.UnionType) else hint
+        key = f"{path}.{f.name}" if path else f.name
+        if dataclasses.is_dataclass(hint):
+            for inner, data in _float_settings(hint, key):  # type: ignore[arg-type]
+                yield inner, {f.name: data}
+        elif get_origin(hint) is tuple and dataclasses.is_dataclass(args[0]):
+            required = {"name": "p", "argv": ["x"]} if args[0] is configuration.ProbeConfig else {}
+            for inner, data in _float_settings(args[0], f"{key}[0]"):
+                yield inner, {f.name: [{**required, **data}]}
+        elif hint is float:
+            yield key, {f.name: float("nan")}
+
+
+def test_every_float_setting_refuses_nan() -> None:
+    # Found from the declarations, so that a float setting added later is covered too.
+    settings = dict(_float_settings(configuration.Config))
+    assert {"collectors.kernel_log.timeout_seconds", "probes[0].jitter_seconds"} <= settings.keys()
+    assert "policy.rdma_ports[0].rate_gbps" in settings
+    for key, data in settings.items():
+        with pytest.raises(configuration.ConfigError) as caught:
+            configuration.from_mapping(configuration.Config, data, "f.yaml")
+        assert str(caught.value).startswith(f"f.yaml: {key}: expected a number"), key
+        assert str(caught.value).endswith(", got nan"), key
+
+
+def test_nan_in_a_number_without_bounds_is_refused() -> None:
+    with pytest.raises(configuration.ConfigError, match="expected a finite number, got nan"):
+        configuration._check_bounds(float("nan"), {}, "f.yaml", "k")
+
+
+def test_a_bandwidth_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, f"probes:\n  - {{name: p, argv: [x], expect: '{'9' * 400} GB/s'}}\n")
+    with pytest.raises(
+        configuration.ConfigError, match=r"probes\[0\]\.expect: expected learn, or a bandwidth"
+    ):
+        configuration.load(path)
+
+
+@pytest.mark.parametrize("port", ["²", "9" * 5000, "٣"])
+def test_a_listen_port_int_cannot_read_is_a_config_error(port: str) -> None:
+    with pytest.raises(configuration.ConfigError, match="listen: expected HOST:PORT"):
+        configuration.load(None, {"listen": f"127.0.0.1:{port}"})
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "lines"),
+    [
+        ("listen: ':1'\nlisten: ':2'\n", "listen", (1, 2)),
+        (
+            "collectors:\n  gpu:\n    interval_seconds: 5\n    interval_seconds: 7\n",
+            "collectors.gpu.interval_seconds",
+            (3, 4),
+        ),
+        ("collectors:\n  gpu: {}\ncollectors:\n  rdma: {}\n", "collectors", (1, 3)),
+        ("probes:\n  - {name: a, argv: [x], name: b}\n", "probes[0].name", (2, 2)),
+        ("policy:\n  firmware:\n    hca: {MT_1: '1.0', 'MT_1': '2.0'}\n", "policy.firmware.hca.MT_1", (3, 3)),
+    ],
+)
+def test_a_key_given_twice_is_an_error_naming_it(
+    tmp_path: Path, text: str, key: str, lines: tuple[int, int]
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    assert str(caught.value) == (
+        f"{path}: {key}: expected each key once per mapping (lines {lines[0]} and {lines[1]} both set it)"
+    )
+
+
+def test_keys_merged_in_may_be_overridden(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "collectors:\n  gpu: &fast {interval_seconds: 5, timeout_seconds: 9}\n"
+        "  rdma:\n    <<: *fast\n    interval_seconds: 3\n",
+    )
+    rdma = configuration.load(path).collectors.rdma
+    assert (rdma.interval_seconds, rdma.timeout_seconds) == (3.0, 9.0)
+
+
+# 283 bytes that stand for 3.2 million strings once the aliases are expanded.
+ALIAS_BOMB = """\
+listen:
+  - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+  - &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+  - &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+  - &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+  - &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+  - &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+  - [*f,*f,*f,*f,*f,*f]
+"""
+
+
+def test_aliases_expanding_past_the_limit_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, ALIAS_BOMB)
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    assert str(caught.value) == (
+        f"{path}: listen[5]: expected at most 100000 values once YAML aliases are expanded (found 597871)"
+    )
+
+
+def test_aliases_within_the_limit_still_work(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "probes:\n  - {name: a, argv: [x], peers: &hosts [h1, h2, h3]}\n"
+        "  - {name: b, argv: [y], peers: *hosts}\n",
+    )
+    assert [p.peers for p in configuration.load(path).probes] == [("h1", "h2", "h3")] * 2
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "probes: &loop [*loop]\n")
+    with pytest.raises(configuration.ConfigError, match=r"probes\[0\]: expected no alias inside the value"):
+        configuration.load(path)
+
+
+@pytest.mark.parametrize("depth", [40, 5000])
+def test_deep_nesting_is_a_config_error(tmp_path: Path, depth: int) -> None:
+    path = write(tmp_path, "listen: " + "[" * depth + "]" * depth + "\n")
+    with pytest.raises(configuration.ConfigError, match="expected values nested at most 32 levels deep"):
+        configuration.load(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("simulate: 2001-13-45\n", 1), ("log_level: info\nlisten: " + "9" * 5000 + "\n", 2)],
+)
+def test_a_scalar_yaml_cannot_build_is_a_yaml_error_at_its_line(tmp_path: Path, text: str, line: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(
+        configuration.ConfigError, match=rf": <top level>: expected valid YAML \(line {line}\)"
+    ):
+        configuration.load(path)
+
+
+def test_an_error_message_renders_only_a_preview_of_the_value() -> None:
+    class NotToBeRendered:
+        def __repr__(self) -> str:
+            raise AssertionError("the whole value was rendered")
+
+    # What aliases make of a few hundred bytes: the same lists shared, billions of items deep.
+    value: object = ["lol"] * 9
+    for _ in range(9):
+        value = [value] * 9
+    value = [*([value] * 8), NotToBeRendered()]
+    error = configuration.ConfigError("f.yaml", "listen", "a string", value)
+    assert str(error).startswith("f.yaml: listen: expected a string, got [[[[")
+    assert len(str(error)) < 120
+
+
+def test_an_integer_too_long_to_print_is_shown_by_its_size(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen: 0x" + "f" * 5000 + "\n")
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    assert str(caught.value) == f"{path}: listen: expected a string, got <an integer of 20000 bits>"
