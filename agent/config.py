@@ -372,9 +372,10 @@ class _ConfigLoader(yaml.SafeLoader):
     cannot hold (the date 2001-13-45, a 5000-digit integer) is a YAML error at its line.
     """
 
-    def compose_document(self) -> yaml.Node:
+    def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
-        _expanded_size(node, "", 0, {}, set())
+        if node is not None:
+            _expanded_size(node, "", 0, {}, set())
         return node
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
