@@ -68,12 +68,15 @@ _PREFIXES = (
     re.compile(r"^\[\S+ \S+ +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}\] *"),
 )
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")(?: [^)]*)?\): (?P<code>\d+)")
+# Xid and SXid codes have a few digits (SXid 22013 has five); a longer number is not a code, and a line
+# holding one is no event (rather than an int() of thousands of digits failing the whole batch).
+_CODE = r"(?P<code>[0-9]{1,6})(?![0-9])"
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")(?: [^)]*)?\): " + _CODE)
 # Driver 570 prints this three-line notice, with no Xid line, when a GPU falls off the bus. Only the
 # first line names the GPU; the other two ("(PCI ID: 10de:26b5) installed ...", "fallen off the
 # bus ...") are no event on their own. Through /dev/kmsg the three arrive as one message.
 _FALLEN_OFF_BUS = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _BDF + r")(?:\s|$)")
-_SXID = re.compile(r"SXid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")\): (?P<code>\d+)")
+_SXID = re.compile(r"SXid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")\): " + _CODE)
 # Kernels have worded these "Corrected error received" and, since 6.x, "Correctable error message
 # received from"; "Multiple" prefixes both when the root port collected more than one.
 _AER_UNCORRECTED = re.compile(

@@ -40,6 +40,18 @@ READ_SIZE = 16 * 1024
 MAX_RECORD_BYTES = READ_SIZE
 
 _ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
+# What the kernel can print in a header field: the prefix is a u8 facility shifted over the 3-bit
+# level, the sequence number and the timestamp are u64. A field beyond these is not a record (and
+# int() of thousands of digits raises).
+_HEADER_LIMITS = (1 << 11, 1 << 64, 1 << 64)
+
+
+def _bounded(field: bytes, limit: int) -> int | None:
+    """The decimal number in a header field if it is one below `limit`, else None."""
+    if not (0 < len(field) <= 20 and field.isdigit()):
+        return None
+    value = int(field)
+    return value if value < limit else None
 
 
 def _unescape(raw: bytes) -> str:
@@ -79,9 +91,11 @@ def parse_record(raw: bytes) -> KmsgRecord | None:
     if not semicolon:
         return None
     fields = header.split(b",")
-    if len(fields) < 3 or not (fields[0].isdigit() and fields[1].isdigit() and fields[2].isdigit()):
+    if len(fields) < 3:
         return None
-    prefix, sequence, timestamp = int(fields[0]), int(fields[1]), int(fields[2])
+    prefix, sequence, timestamp = (_bounded(fields[i], limit) for i, limit in enumerate(_HEADER_LIMITS))
+    if prefix is None or sequence is None or timestamp is None:
+        return None
     flags = fields[3].decode("ascii", errors="replace") if len(fields) > 3 else "-"
     dictionary: dict[str, str] = {}
     for line in rest.split(b"\n"):

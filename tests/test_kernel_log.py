@@ -143,3 +143,25 @@ def test_xid_bus_id_matches_nvml_bus_id() -> None:
 def test_normalize_pci_bus_id_rejects_what_is_not_a_bus_id(bad: str) -> None:
     with pytest.raises(ValueError):
         normalize_pci_bus_id(bad)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NVRM: Xid (PCI:0000:91:00): "
+        + "7" * 5000
+        + ", pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "NVRM: Xid (PCI:0000:91:00): 1234567, GPU has fallen off the bus.",
+        "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): " + "2" * 5000 + ", Non-fatal, Link 44",
+        "NVRM: Xid (PCI:0000:91:00): \u0667\u0669, digits int() reads but the driver never prints",
+    ],
+)
+def test_a_code_no_driver_prints_is_no_event(line: str) -> None:
+    assert parse_line(line) is None
+
+
+def test_the_longest_codes_drivers_print_are_read() -> None:
+    sxid = parse_line("nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44")
+    assert sxid is not None and sxid.code == 22013
+    xid = parse_line("NVRM: Xid (PCI:0000:91:00): 154, GPU recovery action changed")
+    assert xid is not None and xid.code == 154

@@ -137,3 +137,49 @@ def test_agent_reading_a_flood_keeps_serving(
         pytest.fail("the agent did not read the 100k records within 60 s")
     assert slowest < 1.0
     assert psutil.Process(agent.proc.pid).memory_info().rss < 120e6
+
+
+ABSURD_SEQUENCE = b"6," + b"9" * 5000 + b",5678901,-;a record no kernel prints\n"
+ABSURD_XID = "NVRM: Xid (PCI:0000:91:00): " + "7" * 5000 + ", GPU has fallen off the bus."
+AER = "nvme 0000:02:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"
+MLX5 = "mlx5_core 0000:08:00.0: print_health_info:442:(pid 912): synd 0x1: firmware internal error"
+
+
+def test_an_absurd_number_skips_only_its_record(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(
+        kmsg_record(1, MLX5) + ABSURD_SEQUENCE + kmsg_record(3, XID_79) + kmsg_record(4, ABSURD_XID)
+        + kmsg_record(5, AER)
+    )  # fmt: skip
+    ledger = XidLedger()
+    collector = KernelLogCollector(str(kmsg), ledger, lambda: {"00000000:91:00.0": 1})
+    families = {f.name: f for f in collector.collect()}
+    assert collector.records_read == 4
+    assert (collector.events["mlx5"], collector.events["pcie_aer_corrected"]) == (1, 1)
+    assert ledger.counts() == {(1, 79): 1}
+    assert families["clusterhealth_kernel_log_records"].samples[0].value == 4
+    collector.close()
+
+
+def test_a_lost_gpu_is_critical_in_check_whatever_the_kernel_log_holds(tmp_path: Path) -> None:
+    node = scenario(gpus={1: {"pci_bus_id": "00000000:91:00.0"}}, faults=[{"gpu": 1, "lost": True}])
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(node))
+    kmsg = tmp_path / "kmsg"
+    now_us = int(time.monotonic() * 1e6)
+    kmsg.write_bytes(
+        ABSURD_SEQUENCE + kmsg_record(2, XID_79, usec=now_us) + kmsg_record(3, ABSURD_XID, usec=now_us)
+    )
+    sysfs = tmp_path / "sys"
+    (sysfs / "class" / "net").mkdir(parents=True)
+    result = run_cli(
+        "check", "--json", "--simulate", str(path), "--sysfs-root", str(sysfs), "--kmsg-path", str(kmsg)
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    statuses = {(r["check"], r["subject"]): r["status"] for r in report["results"]}
+    assert statuses[("gpu_lost", "1")] == "CRITICAL"
+    assert report["summary"].startswith("CRITICAL: gpu_lost 1: ")
+    # The Xid 79 line after the absurd record is counted (under the bus id: a lost GPU tells NVML none).
+    xids = [r for r in report["results"] if r["check"] == "gpu_xid" and r["status"] == "CRITICAL"]
+    assert len(xids) == 1 and "Xid 79" in xids[0]["message"] and "1 Xid event" in xids[0]["message"]

@@ -158,6 +158,32 @@ def test_parse_record_rejects_garbage(garbage: bytes) -> None:
     assert parse_record(garbage) is None
 
 
+THOUSANDS_OF_DIGITS = b"9" * 5000
+
+
+@pytest.mark.parametrize(
+    "absurd",
+    [
+        THOUSANDS_OF_DIGITS + b",1,2,-;prefix",
+        b"6," + THOUSANDS_OF_DIGITS + b",2,-;sequence",
+        b"6,1," + THOUSANDS_OF_DIGITS + b",-;timestamp",
+        b"2048,1,2,-;a facility wider than the kernel's u8",
+        b"6,18446744073709551616,2,-;a sequence number past u64",
+        b"6,1,18446744073709551616,-;a timestamp past u64",
+        b"6,000000000000000000001,2,-;21 digits",
+    ],
+)
+def test_parse_record_rejects_numbers_no_kernel_prints(absurd: bytes) -> None:
+    assert parse_record(absurd) is None
+
+
+def test_parse_record_takes_the_largest_numbers_the_kernel_prints() -> None:
+    record = parse_record(b"2047,18446744073709551615,18446744073709551615,-;edge")
+    assert record is not None
+    assert (record.facility, record.priority) == (255, 7)
+    assert record.sequence == record.timestamp_us == (1 << 64) - 1
+
+
 @pytest.mark.parametrize("entry", EXPECTED, ids=[f"{i:02d}" for i in range(len(EXPECTED))])
 def test_fixture_line_through_a_kmsg_record(entry: dict[str, Any]) -> None:
     # The shared lines, turned into what /dev/kmsg would give, still parse to the expected event.
@@ -245,6 +271,28 @@ def test_garbage_in_a_file_is_skipped_and_counted(tmp_path: Path) -> None:
     assert reader.malformed_records == 5
     # Records 2 and 4 were unreadable, not lost.
     assert reader.lost_records == 0
+
+
+def test_a_record_with_an_absurd_number_is_skipped_and_the_rest_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(
+        kmsg_record(1, "before")
+        + b"6," + THOUSANDS_OF_DIGITS + b",2,-;absurd sequence\n"
+        + kmsg_record(3, "after")
+        + b"6,4," + THOUSANDS_OF_DIGITS + b",-;absurd timestamp\n"
+        + kmsg_record(5, "last")
+    )  # fmt: skip
+    with KmsgReader(str(path)) as reader:
+        assert [r.message for r in reader.read_available(100)] == ["before", "after", "last"]
+    assert (reader.malformed_records, reader.lost_records) == (2, 0)
+
+
+def test_device_mode_skips_a_record_with_an_absurd_number() -> None:
+    reader, _ = device_reader(
+        [kmsg_record(1, "a"), b"6,2," + THOUSANDS_OF_DIGITS + b",-;x\n", kmsg_record(3, "b")]
+    )
+    assert [r.message for r in reader.read_available(10)] == ["a", "b"]
+    assert (reader.malformed_records, reader.lost_records) == (1, 0)
 
 
 def test_sequence_gaps_in_a_file_count_as_lost(tmp_path: Path) -> None:
