@@ -21,6 +21,13 @@ kernel/printk/printk.c):
 space) after it, so a file with one record per line is the simple case. There, end of file means
 "nothing more now": a line without its newline waits for the rest, and a record's dictionary lines
 must be written with it (a record is complete when the next header line or end of file is seen).
+A regular file is followed like ``tail -F`` does: at its end, a file shorter than what was read
+(truncated: ``copytruncate``, ``> file``) is read again from its start, and a path that names
+another file (rotated: renamed and created anew) is opened and read from its start once the old
+one is read to its end. The kernel's sequence numbers only grow, so after such a restart the
+records at or below the last one read are the old content written again, skipped, not counted
+twice. (A file truncated and rewritten past the read position between two reads cannot be told
+from one that grew; the partial line there is skipped as malformed.)
 """
 
 from __future__ import annotations
@@ -118,6 +125,7 @@ def parse_record(raw: bytes) -> KmsgRecord | None:
 
 
 Opener = Callable[[str, int], int]
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 Reader = Callable[[int, int], bytes]
 
 
@@ -133,7 +141,9 @@ class KmsgReader:
     the gap in sequence numbers after an EPIPE (losses before the first record read are not
     counted; in a file any gap counts);
     ``overruns``: how many times read() failed with EPIPE;
-    ``malformed_records``: records (or lines, from a file) that could not be parsed and were skipped.
+    ``malformed_records``: records (or lines, from a file) that could not be parsed and were skipped;
+    ``restarts``: how many times a regular file was found truncated or rotated and read from its start;
+    ``repeated_records``: records read again after such a restart and skipped.
     """
 
     def __init__(
@@ -148,11 +158,15 @@ class KmsgReader:
             raise ValueError(f"start must be 'boot' or 'now', not {start!r}")
         self.path = path
         self._read = read
-        self._fd: int | None = opener(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._opener = opener
+        self._fd: int | None = opener(path, _OPEN_FLAGS)
         try:
+            status = os.fstat(self._fd)
             # Only the character device hands out one record per read(); a file or a FIFO is a
             # byte stream that has to be split into lines.
-            self._record_mode = stat.S_ISCHR(os.fstat(self._fd).st_mode)
+            self._record_mode = stat.S_ISCHR(status.st_mode)
+            self._regular_file = stat.S_ISREG(status.st_mode)
+            self._identity = (status.st_dev, status.st_ino)
             if start == "now":
                 try:
                     os.lseek(self._fd, 0, os.SEEK_END)
@@ -165,7 +179,11 @@ class KmsgReader:
         self.lost_records = 0
         self.overruns = 0
         self.malformed_records = 0
+        self.restarts = 0
+        self.repeated_records = 0
         self.last_sequence: int | None = None
+        # After a restart: records up to this sequence number were read before the file started over.
+        self._read_up_to: int | None = None
         # Malformed records read since the last good one: they account for part of the next gap.
         self._skipped_since_last = 0
         self._buffer = bytearray()
@@ -236,6 +254,7 @@ class KmsgReader:
     def _read_stream(self, fd: int, max_records: int) -> list[KmsgRecord]:
         records: list[KmsgRecord] = []
         skipped = 0
+        restarted = False
         while len(records) < max_records and skipped < max_records:
             line = self._next_line(fd)
             if line is None:
@@ -243,6 +262,11 @@ class KmsgReader:
                 if self._pending is not None:
                     self._accept(parse_record(bytes(self._pending)), records)
                     self._pending = None
+                # At most once per call, so that a file replaced over and over still returns.
+                if self._regular_file and not restarted and self._start_over_if_replaced():
+                    restarted = True
+                    fd = self.fileno()
+                    continue
                 break
             if line.startswith(b" "):
                 if self._pending is not None and len(self._pending) + 1 + len(line) <= MAX_RECORD_BYTES:
@@ -296,6 +320,39 @@ class KmsgReader:
                 return None
             self._buffer += chunk
 
+    def _start_over_if_replaced(self) -> bool:
+        """At the end of a regular file: go back to the start of the file the path names now if
+        this one was truncated or the path names another file; True when reading starts over."""
+        fd = self.fileno()
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            named = None  # renamed away and not created anew yet: the old file is all there is
+        if named is not None and (named.st_dev, named.st_ino) != self._identity:
+            try:
+                new_fd = self._opener(self.path, _OPEN_FLAGS)
+            except OSError:
+                return False  # the next cycle tries again; the old file stays open meanwhile
+            status = os.fstat(new_fd)
+            if not stat.S_ISREG(status.st_mode):
+                os.close(new_fd)
+                return False
+            self._fd, self._identity = new_fd, (status.st_dev, status.st_ino)
+            os.close(fd)
+        elif os.fstat(fd).st_size < os.lseek(fd, 0, os.SEEK_CUR):
+            os.lseek(fd, 0, os.SEEK_SET)
+        else:
+            return False
+        if self._position < len(self._buffer) or self._discarding_long_line:
+            self._skip_malformed()  # a line the truncation or rotation cut short
+        self._buffer.clear()
+        self._position = 0
+        self._discarding_long_line = self._dropping_record = False
+        self.restarts += 1
+        if self.last_sequence is not None:
+            self._read_up_to = self.last_sequence
+        return True
+
     def _skip_malformed(self) -> None:
         self.malformed_records += 1
         self._skipped_since_last += 1
@@ -304,6 +361,11 @@ class KmsgReader:
         if record is None:
             self._skip_malformed()
             return
+        if self._read_up_to is not None:
+            if record.sequence <= self._read_up_to:
+                self.repeated_records += 1
+                return
+            self._read_up_to = None
         if self.last_sequence is not None:
             gap = record.sequence - self.last_sequence - 1
             # Unparseable records had sequence numbers too; they were skipped, not lost.

@@ -183,3 +183,28 @@ def test_a_lost_gpu_is_critical_in_check_whatever_the_kernel_log_holds(tmp_path:
     # The Xid 79 line after the absurd record is counted (under the bus id: a lost GPU tells NVML none).
     xids = [r for r in report["results"] if r["check"] == "gpu_xid" and r["status"] == "CRITICAL"]
     assert len(xids) == 1 and "Xid 79" in xids[0]["message"] and "1 Xid event" in xids[0]["message"]
+
+
+def test_a_truncated_or_rotated_log_file_is_followed_counting_nothing_twice(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(kmsg_record(1, XID_79) + kmsg_record(2, MLX5) + kmsg_record(3, AER))
+    ledger = XidLedger()
+    collector = KernelLogCollector(str(kmsg), ledger, lambda: {"00000000:91:00.0": 1})
+    collector.collect()
+    # Truncated and rewritten with part of what it held: those records were counted already.
+    kmsg.write_bytes(kmsg_record(1, XID_79) + kmsg_record(2, MLX5))
+    collector.collect()
+    with kmsg.open("ab") as log:
+        log.write(kmsg_record(4, MLX5))
+    collector.collect()
+    assert (collector.events["mlx5"], collector.events["pcie_aer_corrected"], collector.records_read) == (
+        2,
+        1,
+        4,
+    )
+    kmsg.rename(tmp_path / "kmsg.1")
+    kmsg.write_bytes(kmsg_record(5, MLX5))
+    collector.collect()
+    assert (collector.events["mlx5"], collector.records_read) == (3, 5)
+    assert ledger.counts() == {(1, 79): 1}
+    collector.close()

@@ -237,6 +237,82 @@ def test_reader_follows_a_growing_file(tmp_path: Path) -> None:
         assert [r.message for r in reader.read_available(10)] == ["second, written in two halves"]
 
 
+def records(*sequences: int) -> bytes:
+    return b"".join(kmsg_record(seq, f"message {seq}") for seq in sequences)
+
+
+def messages(reader: KmsgReader) -> list[str]:
+    return [r.message for r in reader.read_available(100)]
+
+
+def test_a_truncated_file_is_read_again_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(records(1, 2, 3))
+    with KmsgReader(str(path)) as reader:
+        assert messages(reader) == ["message 1", "message 2", "message 3"]
+        path.write_bytes(records(4, 5))  # truncated, then written: what logrotate's copytruncate does
+        assert messages(reader) == ["message 4", "message 5"]
+        assert messages(reader) == []
+    assert (reader.restarts, reader.repeated_records, reader.lost_records, reader.malformed_records) == (
+        1,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_file_rewritten_with_its_old_records_counts_none_twice(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(records(1, 2, 3, 4))
+    with KmsgReader(str(path)) as reader:
+        assert len(messages(reader)) == 4
+        path.write_bytes(records(2, 3))  # shorter than what was read: truncated and rewritten
+        assert messages(reader) == []
+        with path.open("ab") as log:
+            log.write(records(4, 5))
+        assert messages(reader) == ["message 5"]
+    assert (reader.restarts, reader.repeated_records, reader.lost_records) == (1, 3, 0)
+
+
+def test_a_rotated_file_is_read_to_its_end_then_the_new_one_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(records(1, 2))
+    with KmsgReader(str(path)) as reader:
+        assert messages(reader) == ["message 1", "message 2"]
+        with path.open("ab") as log:
+            log.write(records(3))  # written just before the rotation
+        path.rename(tmp_path / "kmsg.txt.1")
+        assert messages(reader) == ["message 3"]  # the new file does not exist yet
+        path.write_bytes(records(4, 5))
+        assert messages(reader) == ["message 4", "message 5"]
+        (tmp_path / "kmsg.txt.1").write_bytes(records(99))  # the old file is no longer read
+        with path.open("ab") as log:
+            log.write(records(6))
+        assert messages(reader) == ["message 6"]
+    assert (reader.restarts, reader.lost_records, reader.malformed_records) == (1, 0, 0)
+
+
+def test_a_line_cut_short_by_a_truncation_is_skipped_as_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(records(1) + b"6,2,10,-;half a rec")
+    with KmsgReader(str(path)) as reader:
+        assert messages(reader) == ["message 1"]
+        path.write_bytes(records(3))
+        assert messages(reader) == ["message 3"]
+    assert (reader.restarts, reader.malformed_records) == (1, 1)
+
+
+def test_a_rotated_file_replaced_by_a_directory_is_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg.txt"
+    path.write_bytes(records(1))
+    with KmsgReader(str(path)) as reader:
+        assert messages(reader) == ["message 1"]
+        path.rename(tmp_path / "old")
+        path.mkdir()
+        assert messages(reader) == []
+    assert reader.restarts == 0
+
+
 def test_start_now_on_a_file_skips_what_is_there(tmp_path: Path) -> None:
     path = tmp_path / "kmsg.txt"
     path.write_bytes(kmsg_record(1, "old") + kmsg_record(2, "older"))
