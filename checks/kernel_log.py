@@ -7,8 +7,17 @@ log is `clusterhealth.checks.kmsg`'s job, and what a code means is `clusterhealt
 Every pattern below was written against real lines; `tests/fixtures/kmsg/` holds them with their
 public sources. Things a caller must know:
 
-- An event of kind ``xid`` with ``code`` None is the driver's multi-line "The NVIDIA GPU ... has
-  fallen off the bus" notice, which recent drivers print instead of an Xid 79 line. Treat it as 79.
+- An event of kind ``xid`` with ``code`` None is a "GPU has fallen off the bus" notice without an Xid
+  number: R570's multi-line "The NVIDIA GPU ... has fallen off the bus", printed instead of an Xid
+  79 line, and the one-line forms older and current drivers print next to their Xid 79 line
+  ("NVRM: GPU at 0000:01:00.0 has fallen off the bus.", "NVRM: GPU 0000:91:00.0: GPU has fallen
+  off the bus."). Treat it as 79, once per fall: the watcher pairs a notice with its Xid 79 line.
+- ``mce`` is both a machine-check record (its first line, "CPU 2: Machine Check: 0 Bank 3: ..." or
+  AMD's decoded "CPU:0 (17:1:1) MC15_STATUS[...]") and the notice "Machine check events logged",
+  which the kernel prints (at most twice a minute) whether or not it prints the records;
+  `is_machine_check_notice` tells them apart. The other "[Hardware Error]:" lines continue a record.
+- ``mlx5_link_down`` and ``mlx5_link_up`` are a ConnectX netdev's carrier changes; ``pci`` is the
+  function's bus id.
 - ``pci`` is the bus id exactly as printed. Xid lines print ``domain:bus:device`` without the
   function, NVML prints an 8-digit upper-case domain; `normalize_pci_bus_id` makes them comparable.
 - The kernel reports one AER error on two lines, "AER: ... error received" from the root port and
@@ -30,6 +39,8 @@ EventKind = Literal[
     "pcie_aer_corrected",
     "pcie_aer_uncorrected",
     "mlx5",
+    "mlx5_link_down",
+    "mlx5_link_up",
     "mce",
     "thermal",
 ]
@@ -75,7 +86,14 @@ _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")(?: [^)]*)?\):
 # Driver 570 prints this three-line notice, with no Xid line, when a GPU falls off the bus. Only the
 # first line names the GPU; the other two ("(PCI ID: 10de:26b5) installed ...", "fallen off the
 # bus ...") are no event on their own. Through /dev/kmsg the three arrive as one message.
-_FALLEN_OFF_BUS = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _BDF + r")(?:\s|$)")
+# Older drivers print "NVRM: GPU at 0000:01:00.0 has fallen off the bus." and current ones
+# "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus." right after their Xid 79 line (gpud's tests
+# also have the domain-less "NVRM: GPU 18:00.0: ...").
+_FALLEN_OFF_BUS = re.compile(
+    r"NVRM: (?:The NVIDIA GPU (?P<pci>" + _BDF + r")(?:\s|$)"
+    r"|GPU (?:at )?(?P<pci2>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):? "
+    r"(?:GPU )?has fallen off the bus)"
+)
 _SXID = re.compile(r"SXid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")\): " + _CODE)
 # Kernels have worded these "Corrected error received" and, since 6.x, "Correctable error message
 # received from"; "Multiple" prefixes both when the root port collected more than one.
@@ -93,7 +111,19 @@ _AER_CORRECTED = re.compile(
 _MLX5 = re.compile(
     r"mlx5_core (?P<pci>" + _BDF + r"): (?:(?:[\w.-]+:)?\w+:\d+:\(pid \d+\): |Port module event)"
 )
-_MCE = re.compile(r"mce: \[Hardware Error\]: Machine check events logged")
+MACHINE_CHECK_NOTICE = "Machine check events logged"
+# The first line of each machine-check record: the kernel's own ("mce: [Hardware Error]: CPU 2:
+# Machine Check: 0 Bank 3: cc5eb2c000100135", "... Machine Check Exception: 5 Bank 7: ..." when the
+# check interrupted the CPU), sb_edac's "CPU 1: Machine Check Event: 0 Bank 11: ...", and on AMD the
+# EDAC decoder's "[Hardware Error]: CPU:0 (17:1:1) MC15_STATUS[Over|CE|...]: 0xdc2040000000011b".
+_MCE = re.compile(
+    r"mce: \[Hardware Error\]: "
+    + MACHINE_CHECK_NOTICE
+    + r"|CPU \d+: Machine Check(?: Exception| Event)?: +[0-9a-f]+ Bank \d+: +[0-9a-f]+"
+    r"|\[Hardware Error\]: CPU:\d+ \([0-9a-f]+:[0-9a-f]+:[0-9a-f]+\) MC\d+_STATUS\["
+)
+# mlx5e_update_carrier(): netdev_info(netdev, "Link up") / "Link down", after "mlx5_core <bus id> ".
+_MLX5_LINK = re.compile(r"mlx5_core (?P<pci>" + _BDF + r") [^\s:]+: Link (?P<state>up|down)\b")
 # Also printed with an "mce: " prefix, but it is CPU thermal throttling, not a machine check; the
 # recovery line "Package temperature/speed normal" is deliberately not an event.
 _THERMAL = re.compile(r"CPU\d+: (?:Core|Package) temperature above threshold, cpu clock throttled")
@@ -128,7 +158,7 @@ def parse_line(text: str) -> KernelEvent | None:
         if match := _XID.search(message):
             return KernelEvent("xid", match["pci"], int(match["code"]), message)
         if match := _FALLEN_OFF_BUS.search(message):
-            return KernelEvent("xid", match["pci"], None, message)
+            return KernelEvent("xid", match["pci"] or match["pci2"], None, message)
         return None
     if "SXid (" in message and (match := _SXID.search(message)):
         return KernelEvent("sxid", match["pci"], int(match["code"]), message)
@@ -137,13 +167,23 @@ def parse_line(text: str) -> KernelEvent | None:
             return KernelEvent("pcie_aer_uncorrected", match["pci"], None, message)
         if match := _AER_CORRECTED.search(message):
             return KernelEvent("pcie_aer_corrected", match["pci"], None, message)
-    if "mlx5_core " in message and (match := _MLX5.search(message)):
-        return KernelEvent("mlx5", match["pci"], None, message)
+    if "mlx5_core " in message:
+        if match := _MLX5.search(message):
+            return KernelEvent("mlx5", match["pci"], None, message)
+        if match := _MLX5_LINK.search(message):
+            return KernelEvent(
+                "mlx5_link_down" if match["state"] == "down" else "mlx5_link_up", match["pci"], None, message
+            )
     if _THERMAL.search(message):
         return KernelEvent("thermal", None, None, message)
     if _MCE.search(message):
         return KernelEvent("mce", None, None, message)
     return None
+
+
+def is_machine_check_notice(event: KernelEvent) -> bool:
+    """Whether an ``mce`` event is the kernel's notice rather than a machine-check record."""
+    return event.kind == "mce" and MACHINE_CHECK_NOTICE in event.message
 
 
 _PCI_ADDRESS = re.compile(

@@ -20,7 +20,12 @@ from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from clusterhealth.checks.kernel_log import KernelEvent, normalize_pci_bus_id, parse_line
+from clusterhealth.checks.kernel_log import (
+    KernelEvent,
+    is_machine_check_notice,
+    normalize_pci_bus_id,
+    parse_line,
+)
 from clusterhealth.checks.kmsg import KmsgReader, KmsgRecord
 from clusterhealth.exporters.xid import UNKNOWN_GPU, XidLedger
 
@@ -30,7 +35,17 @@ XID_FELL_OFF_THE_BUS = 79
 # Every kind is exported from the start at 0, so that increase() sees the first event.
 # A one-shot `check` or `scrape` reads at most this many cycles' worth of records.
 CATCH_UP_CYCLES = 100
-EVENT_KINDS = ("sxid", "pcie_aer_corrected", "pcie_aer_uncorrected", "mlx5", "mce", "thermal")
+EVENT_KINDS = (
+    "sxid",
+    "pcie_aer_corrected",
+    "pcie_aer_uncorrected",
+    "mlx5",
+    "mlx5_link_down",
+    "mce",
+    "thermal",
+)
+# GPUs whose last fall off the bus is remembered, to pair the driver's notices with its Xid 79 line.
+_MAX_FALLS = 64
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,9 @@ class KernelLogCollector:
         self.problem: str | None = None  # why it cannot be read
         # One-shot commands read everything waiting, in bounded cycles, instead of one cycle's worth.
         self.cycles_per_collect = CATCH_UP_CYCLES if catch_up else 1
+        # Bus id -> (printk seconds, True if a notice without a number was counted last).
+        self._falls: dict[str, tuple[float, bool]] = {}
+        self._cycle_mce = [0, 0]  # machine-check records, notices read this cycle
 
     def close(self) -> None:
         if self._reader is not None:
@@ -103,15 +121,22 @@ class KernelLogCollector:
         if self._reader is None:
             self._reader = KmsgReader(self.path, self.read_from)
         budget = self.max_records_per_cycle
-        while budget > 0:
-            records = self._reader.read_available(min(budget, 1000))
-            if not records:
-                return False
-            budget -= len(records)
-            self.records_read += len(records)
-            for record in records:
-                self._handle(record)
-        return True
+        try:
+            while budget > 0:
+                records = self._reader.read_available(min(budget, 1000))
+                if not records:
+                    return False
+                budget -= len(records)
+                self.records_read += len(records)
+                for record in records:
+                    self._handle(record)
+            return True
+        finally:
+            # A machine check printed in full comes with the kernel's notice: count its records, and
+            # the notices only when the records went elsewhere (mcelog, rasdaemon).
+            records_seen, notices = self._cycle_mce
+            self.events["mce"] += records_seen or notices
+            self._cycle_mce = [0, 0]
 
     def _handle(self, record: KmsgRecord) -> None:
         event = parse_line(record.message)
@@ -120,6 +145,8 @@ class KernelLogCollector:
         seconds = record.timestamp_us / 1e6
         if event.kind == "xid":
             code = event.code if event.code is not None else XID_FELL_OFF_THE_BUS
+            if code == XID_FELL_OFF_THE_BUS and self._fall_counted_already(event, seconds):
+                return
             gpu = self._gpu_index(event.pci)
             # The kernel's printk clock counts from boot like CLOCK_MONOTONIC, the NVML side's clock.
             self.ledger.record("kmsg", gpu, code, when=seconds, detail=event.message, pci=event.pci)
@@ -127,8 +154,34 @@ class KernelLogCollector:
         kind = _counted_kind(event)
         if kind is None:
             return
-        self.events[kind] += 1
+        if kind == "mce":
+            self._cycle_mce[is_machine_check_notice(event)] += 1
+        else:
+            self.events[kind] += 1
         self.recent.append(SeenEvent(kind, event.code, event.pci, None, seconds, event.message))
+
+    def _fall_counted_already(self, event: KernelEvent, seconds: float) -> bool:
+        """Whether this line reports a fall off the bus already counted.
+
+        Drivers print an Xid 79 line and a notice without a number ("NVRM: GPU 0000:91:00.0: GPU has
+        fallen off the bus.") for the same fall, in either order, and may repeat the notice: within
+        the ledger's window, a notice after any report of the GPU's fall is the same fall, and so is
+        an Xid 79 line after a notice; two Xid 79 lines stay two events, as repeats do.
+        """
+        try:
+            bus = normalize_pci_bus_id(event.pci or "")
+        except ValueError:
+            bus = event.pci or ""
+        notice = event.code is None
+        last = self._falls.get(bus)
+        recent = last is not None and abs(seconds - last[0]) <= self.ledger.window_seconds
+        if recent and last is not None and (notice or last[1]):
+            self._falls[bus] = (seconds, False)  # paired: a later notice or line is a new report
+            return True
+        if len(self._falls) >= _MAX_FALLS and bus not in self._falls:
+            del self._falls[min(self._falls, key=lambda b: self._falls[b][0])]
+        self._falls[bus] = (seconds, notice)
+        return False
 
     def _gpu_index(self, pci: str | None) -> int:
         if pci is None:
@@ -190,5 +243,8 @@ def _counted_kind(event: KernelEvent) -> str | None:
     # The kernel reports one AER error twice: "AER: ... error received" from the root port, then
     # "PCIe Bus Error: severity=..." from the device. Count the device's line, once per error.
     if event.kind.startswith("pcie_aer_") and "PCIe Bus Error" not in event.message:
+        return None
+    # A link coming up is the end of the flap that its link-down line already counted.
+    if event.kind == "mlx5_link_up":
         return None
     return event.kind

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from clusterhealth.checks.kernel_log import KernelEvent, normalize_pci_bus_id, parse_line, strip_prefix
+from clusterhealth.checks.kernel_log import (
+    KernelEvent,
+    is_machine_check_notice,
+    normalize_pci_bus_id,
+    parse_line,
+    strip_prefix,
+)
 
 KMSG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmsg"
 
@@ -165,3 +171,19 @@ def test_the_longest_codes_drivers_print_are_read() -> None:
     assert sxid is not None and sxid.code == 22013
     xid = parse_line("NVRM: Xid (PCI:0000:91:00): 154, GPU recovery action changed")
     assert xid is not None and xid.code == 154
+
+
+def test_a_journald_prefix_with_a_month_that_is_not_english_is_stripped() -> None:
+    lines = [e["line"] for e in EXTRA if e["line"].startswith("6月 ")]
+    assert len(lines) == 2
+    for line in lines:
+        assert strip_prefix(line).startswith("NVRM: ")
+        event = parse_line(line)
+        assert event is not None and event.message.startswith("NVRM: ")
+
+
+def test_machine_check_notice_and_records_are_told_apart() -> None:
+    notice = parse_line("mce: [Hardware Error]: Machine check events logged")
+    record = parse_line("mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 3: cc5eb2c000100135")
+    assert notice is not None and record is not None
+    assert is_machine_check_notice(notice) and not is_machine_check_notice(record)

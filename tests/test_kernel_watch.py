@@ -208,3 +208,101 @@ def test_a_truncated_or_rotated_log_file_is_followed_counting_nothing_twice(tmp_
     assert (collector.events["mlx5"], collector.records_read) == (3, 5)
     assert ledger.counts() == {(1, 79): 1}
     collector.close()
+
+
+EXTRA: list[dict[str, Any]] = json.loads((FIXTURES / "kmsg" / "extra_lines.json").read_text())
+NOTICE_91 = "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus."
+OLD_NOTICE_91 = "NVRM: GPU at 0000:91:00.0 has fallen off the bus."
+
+
+def watch(tmp_path: Path, records: list[tuple[float, str]]) -> tuple[KernelLogCollector, XidLedger]:
+    """A collector that read `records` ((seconds since boot, message), in order) in one cycle."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(b"".join(kmsg_record(i, m, usec=int(t * 1e6)) for i, (t, m) in enumerate(records, 1)))
+    ledger = XidLedger(window_seconds=30)
+    collector = KernelLogCollector(str(kmsg), ledger, lambda: {"00000000:91:00.0": 1, "00000000:92:00.0": 2})
+    collector.collect()
+    collector.close()
+    return collector, ledger
+
+
+@pytest.mark.parametrize(
+    ("records", "falls"),
+    [
+        pytest.param([(100.0, XID_79), (100.00001, NOTICE_91)], 1, id="line-then-notice"),
+        pytest.param([(100.0, NOTICE_91), (100.5, XID_79)], 1, id="notice-then-line"),
+        pytest.param([(100.0, OLD_NOTICE_91), (100.1, OLD_NOTICE_91), (100.2, NOTICE_91)], 1, id="repeats"),
+        pytest.param([(100.0, OLD_NOTICE_91)], 1, id="older-driver-notice-alone"),
+        pytest.param([(100.0, XID_79), (101.0, NOTICE_91), (102.0, XID_79)], 2, id="two-xid-lines-stay-two"),
+        pytest.param([(100.0, NOTICE_91), (200.0, NOTICE_91)], 2, id="a-later-fall"),
+    ],
+)
+def test_a_fall_off_the_bus_counts_once_whatever_the_driver_prints(
+    tmp_path: Path, records: list[tuple[float, str]], falls: int
+) -> None:
+    _, ledger = watch(tmp_path, records)
+    assert ledger.counts() == {(1, 79): falls}
+
+
+def test_notices_of_two_gpus_are_two_falls(tmp_path: Path) -> None:
+    _, ledger = watch(
+        tmp_path, [(100.0, NOTICE_91), (100.1, "NVRM: GPU 0000:92:00.0: GPU has fallen off the bus.")]
+    )
+    assert ledger.counts() == {(1, 79): 1, (2, 79): 1}
+
+
+MCE_NOTICE = "mce: [Hardware Error]: Machine check events logged"
+MCE_RECORD = "mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 3: cc5eb2c000100135"
+MCE_MORE = "mce: [Hardware Error]: TSC 0 ADDR 4658130c0 MISC 102285 "
+
+
+@pytest.mark.parametrize(
+    ("messages", "checks"),
+    [
+        pytest.param([MCE_NOTICE], 1, id="notice-alone-records-went-to-mcelog"),
+        pytest.param([MCE_NOTICE, MCE_RECORD, MCE_MORE], 1, id="notice-and-its-record"),
+        pytest.param(
+            [MCE_RECORD, MCE_MORE, MCE_NOTICE, MCE_NOTICE, MCE_RECORD, MCE_MORE], 2, id="two-records"
+        ),
+        pytest.param([MCE_RECORD, MCE_RECORD, MCE_RECORD], 3, id="records-without-notice"),
+    ],
+)
+def test_a_machine_check_counts_once_with_or_without_its_notice(
+    tmp_path: Path, messages: list[str], checks: int
+) -> None:
+    collector, _ = watch(tmp_path, [(10.0 + i, m) for i, m in enumerate(messages)])
+    assert collector.events["mce"] == checks
+
+
+def test_mlx5_link_downs_count_so_a_flapping_port_shows(tmp_path: Path) -> None:
+    flaps = [
+        "mlx5_core 0000:01:00.0 enp1s0f0np0: Link down",
+        "mlx5_core 0000:01:00.0 enp1s0f0np0: Link up",
+    ] * 3
+    collector, _ = watch(tmp_path, [(10.0 + i, m) for i, m in enumerate(flaps)])
+    assert collector.events["mlx5_link_down"] == 3
+    assert collector.events["mlx5"] == 0
+
+
+def test_every_event_kind_is_exported_from_the_start(tmp_path: Path) -> None:
+    text = scrape(tmp_path, scenario(), write_kmsg(tmp_path / "kmsg", []))
+    for kind in (
+        "sxid",
+        "pcie_aer_corrected",
+        "pcie_aer_uncorrected",
+        "mlx5",
+        "mlx5_link_down",
+        "mce",
+        "thermal",
+    ):
+        assert value(text, "clusterhealth_kernel_events_total", event=kind) == 0, kind
+
+
+def test_every_real_field_form_counts_as_its_kind(tmp_path: Path) -> None:
+    text = scrape(tmp_path, scenario(), write_kmsg(tmp_path / "kmsg", [e["line"] for e in EXTRA]))
+    # Per the fixture: 3 link-down lines; machine checks: every record line (the notice is not
+    # counted beside them); Xid lines and notices go to the Xid series, one per fall.
+    records = [e for e in EXTRA if e["kind"] == "mce" and "events logged" not in e["line"]]
+    assert value(text, "clusterhealth_kernel_events_total", event="mlx5_link_down") == 3
+    assert value(text, "clusterhealth_kernel_events_total", event="mce") == len(records) == 6
+    assert value(text, "clusterhealth_kernel_events_total", event="pcie_aer_corrected") == 1
