@@ -13,6 +13,7 @@ import json
 import math
 import re
 import reprlib
+import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -439,8 +440,9 @@ def _read_yaml(path: str | Path, source: str) -> Any:
         line = raw.count(b"\n", 0, err.start) + 1
         got = f"byte 0x{raw[err.start]:02x} on line {line}"
         raise ConfigError(source, "", "a UTF-8 text file", got) from err
-    loader = _ConfigLoader(text)
+    loader: _ConfigLoader | None = None
     try:
+        loader = _ConfigLoader(text)  # the reader already refuses characters YAML does not allow
         return loader.get_single_data()
     except _DocumentProblem as err:
         raise ConfigError(source, err.key, err.expected) from err
@@ -451,7 +453,8 @@ def _read_yaml(path: str | Path, source: str) -> Any:
     except RecursionError as err:  # PyYAML composes nested collections recursively
         raise ConfigError(source, "", f"values nested at most {MAX_DEPTH} levels deep") from err
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -545,6 +548,8 @@ def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(source, key, "a number", value)
+        if isinstance(value, int) and abs(value) > sys.float_info.max:
+            return math.inf if value > 0 else -math.inf  # out of every range: _check_bounds says which
         return float(value)
     if hint is str:
         if not isinstance(value, str):

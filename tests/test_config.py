@@ -382,3 +382,21 @@ def test_an_integer_too_long_to_print_is_shown_by_its_size(tmp_path: Path) -> No
     with pytest.raises(configuration.ConfigError) as caught:
         configuration.load(path)
     assert str(caught.value) == f"{path}: listen: expected a string, got <an integer of 20000 bits>"
+
+
+@pytest.mark.parametrize("text", ["\x00", "listen: ':1'\x07\n"])
+def test_a_character_yaml_does_not_allow_is_a_config_error(tmp_path: Path, text: str) -> None:
+    # Found by tests/test_fuzz.py: the YAML reader refuses them before parsing starts.
+    path = write(tmp_path, text)
+    with pytest.raises(configuration.ConfigError, match="expected valid YAML"):
+        configuration.load(path)
+
+
+def test_an_integer_too_large_for_a_float_is_out_of_range(tmp_path: Path) -> None:
+    # Found by tests/test_fuzz.py: float() of it raised OverflowError out of the loader.
+    path = write(tmp_path, "collectors:\n  gpu:\n    interval_seconds: -0x" + "f" * 300 + "\n")
+    with pytest.raises(configuration.ConfigError) as caught:
+        configuration.load(path)
+    assert str(caught.value).startswith(
+        f"{path}: collectors.gpu.interval_seconds: expected a number between 0.5"
+    )

@@ -144,3 +144,14 @@ def test_garbage_is_incomplete_with_an_error(garbage: str) -> None:
     assert result.verdict == "incomplete"
     assert result.errors == ("no ib_write_bw result table or error message found",)
     assert result.rows == ()
+
+
+def test_a_qp_count_of_thousands_of_digits_is_unreadable_not_raised() -> None:
+    # Found by tests/test_fuzz.py: int() of thousands of digits raised out of the parser.
+    text = capture("01_sweep_gbits_roce_gpudirect.txt").replace(
+        "Number of qps   : 1", "Number of qps   : " + "9" * 5000
+    )
+    assert "9" * 5000 in text
+    result = parse_ib_write_bw(text)
+    assert result.qps is None
+    assert result.verdict == "ok"

@@ -127,3 +127,12 @@ def test_garbage_is_incomplete_with_an_error(garbage: str) -> None:
     assert result.verdict == "incomplete"
     assert len(result.errors) == 1
     assert result.bandwidth_bytes_per_second is None
+
+
+def test_a_negative_rate_is_no_bandwidth() -> None:
+    # Found by tests/test_fuzz.py: a negative bits_per_second became a negative headline.
+    document = json.loads(capture("01_tcp_loopback.json"))
+    document["end"]["sum_received"]["bits_per_second"] = -1
+    result = parse_iperf3(json.dumps(document))
+    assert result.bandwidth_bytes_per_second is None
+    assert result.received_bytes_per_second is None

@@ -499,3 +499,21 @@ def test_unterminated_json_is_incomplete(cut: int) -> None:
     assert result.verdict == "incomplete"
     assert result.format == "json"
     assert result.errors[0].startswith("not valid JSON")
+
+
+HUGE = "9" * 5000
+
+
+def test_absurd_numbers_in_a_capture_are_skipped_not_raised() -> None:
+    # Found by tests/test_fuzz.py: int() of thousands of digits raised out of the parser.
+    text = capture("08_single_node_8x_h100_allreduce.txt")
+    text = text.replace(
+        "# nccl-tests version", f"# nccl-tests version 9 nccl-library={HUGE}\n# was version", 1
+    )
+    text += f"# Rank {HUGE} Group  0 Pid 1 on host device  0 [0x1b] NVIDIA H100 80GB HBM3\n"
+    text += f"# Out of bounds values : {HUGE} OK\n"
+    result = parse_nccl_tests(text)
+    assert result.verdict == "ok"
+    assert result.out_of_bounds is None
+    assert result.ranks == 8
+    assert parse_nccl_tests(f"# nccl-tests version 2.13.9 nccl-library={HUGE}\n").nccl_version is None

@@ -84,7 +84,13 @@ def parse_float(token: str) -> float | None:
         return None
 
 
+# Wider than any count or size a tool prints (64 bits); int() of thousands of digits would raise.
+MAX_INT_DIGITS = 20
+
+
 def parse_int(token: str) -> int | None:
+    if len(token.strip().lstrip("+-")) > MAX_INT_DIGITS:
+        return None
     try:
         return int(token)
     except ValueError:

@@ -207,7 +207,7 @@ def parse_ib_write_bw(text: str) -> IbWriteBwResult:
         device=fields.get("device"),
         link_type=fields.get("link_type"),
         connection_type=fields.get("connection_type"),
-        qps=None if qps is None else int(qps),
+        qps=None if qps is None else parse_int(qps),
         unit=unit,
         rows=tuple(rows),
         errors=tuple(errors),

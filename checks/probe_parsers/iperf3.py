@@ -179,7 +179,8 @@ def _float(value: object) -> float | None:
 
 def _bytes_per_second(bits_per_second: object) -> float | None:
     bits = _float(bits_per_second)
-    return None if bits is None else bits / BITS_PER_BYTE
+    # A negative rate is no measurement (a hand-edited or corrupted file).
+    return None if bits is None or bits < 0 else bits / BITS_PER_BYTE
 
 
 KIND = ProbeKind(

@@ -401,17 +401,19 @@ class _TextParse:
     def _comment(self, body: str) -> None:
         if match := _TESTS_VERSION.match(body):
             self.nccl_tests_version = match.group(1)
-            if match.group(2):
-                self.nccl_version = self.nccl_version or nccl_version_from_code(int(match.group(2)))
+            code = parse_int(match.group(2)) if match.group(2) else None
+            if code is not None:
+                self.nccl_version = self.nccl_version or nccl_version_from_code(code)
         elif match := _COLLECTIVE_STARTING.match(body):
             self.collective = _collective_from_program(match.group(1))
         elif _PARAMETERS.match(body):
             if match := _VALIDATION.search(body):
                 self.validation = match.group(1) != "0"
         elif match := _DEVICE.match(body):
-            self.ranks.setdefault(int(match.group(1)), match.group(2))
+            if (rank := parse_int(match.group(1))) is not None:
+                self.ranks.setdefault(rank, match.group(2))
         elif match := _OUT_OF_BOUNDS.match(body):
-            self.out_of_bounds = int(match.group(1))
+            self.out_of_bounds = parse_int(match.group(1))
         elif match := _AVG_BUS_BW.match(body):
             self.footer_seen = True
             self.avg_bus_bandwidth = parse_float(match.group(1))
