@@ -165,7 +165,7 @@ def test_gpu_fell_off_the_bus_is_down_and_the_others_are_exported(scrape: Callab
     assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 1
 
 
-@pytest.mark.parametrize("error", ["GpuIsLost", "ResetRequired"])
+@pytest.mark.parametrize("error", ["GpuIsLost", "ResetRequired", "GpuNotFound"])
 def test_gpu_lost_in_the_middle_of_a_read_is_down(scrape: Callable[..., str], error: str) -> None:
     text = scrape(scenario(faults=[fault(0, errors={"nvmlDeviceGetTotalEccErrors": error})]))
     assert value(text, "clusterhealth_gpu_up", gpu="0") == 0
@@ -276,4 +276,18 @@ def test_nvml_unusable_fails_the_collector_only(scrape: Callable[..., str], stat
     text = scrape(scenario(nvml=state))
     assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 0
     assert "clusterhealth_gpu_up" not in text
+    assert value(text, "clusterhealth_build_info") == 1
+
+
+@pytest.mark.parametrize("error", ["Uninitialized", "LibRmVersionMismatch"])
+@pytest.mark.parametrize("call", ["nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetPowerUsage"])
+def test_a_library_level_error_on_one_gpu_call_fails_the_collector(
+    scrape: Callable[..., str], call: str, error: str
+) -> None:
+    # The library itself is unusable (a driver upgraded under the agent): no GPU is exported as if
+    # it were fine, the collector says it failed, and the next cycle starts NVML again.
+    text = scrape(scenario(faults=[fault(1, errors={call: error})]))
+    assert value(text, "clusterhealth_scrape_collector_success", collector="gpu") == 0
+    assert "clusterhealth_gpu_up" not in text
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
     assert value(text, "clusterhealth_build_info") == 1

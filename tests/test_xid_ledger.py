@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from clusterhealth.exporters.xid import XidLedger
 
 
@@ -51,3 +53,56 @@ def test_memory_stays_bounded_under_a_flood() -> None:
         ledger.record("kmsg", i % 8, 13, when=float(i))
     assert len(ledger._unmatched) <= 100
     assert sum(ledger.counts().values()) == 10_000
+
+
+EPSILON = 0.001
+
+
+def test_the_other_source_just_inside_the_window_is_the_same_event() -> None:
+    ledger = XidLedger(window_seconds=30)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    assert not ledger.record("kmsg", 3, 79, when=1000.0 + 30 - EPSILON)
+    assert ledger.counts() == {(3, 79): 1}
+
+
+def test_the_other_source_just_inside_the_window_before_is_the_same_event() -> None:
+    # The kernel's timestamp can be earlier than NVML's delivery: the window spans both sides.
+    ledger = XidLedger(window_seconds=30)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    assert not ledger.record("kmsg", 3, 79, when=1000.0 - 30 + EPSILON)
+    assert ledger.counts() == {(3, 79): 1}
+
+
+@pytest.mark.parametrize("offset", [30 + EPSILON, -(30 + EPSILON)])
+def test_the_other_source_just_outside_the_window_is_another_event(offset: float) -> None:
+    ledger = XidLedger(window_seconds=30)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    assert ledger.record("kmsg", 3, 79, when=1000.0 + offset)
+    assert ledger.counts() == {(3, 79): 2}
+
+
+def test_a_twin_arriving_after_the_retention_counts_again() -> None:
+    # Unmatched events are kept twice the window (sources deliver a little out of order); once a
+    # later event has moved past that, a late twin stamped inside the window is no longer known.
+    ledger = XidLedger(window_seconds=30)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    assert ledger.record("kmsg", 5, 13, when=1000.0 + 2 * 30 + EPSILON)  # pushes 1000.0 out
+    assert ledger.record("kmsg", 3, 79, when=1000.0 + 30 - EPSILON)
+    assert ledger.counts() == {(3, 79): 2, (5, 13): 1}
+
+
+def test_a_twin_kept_just_inside_the_retention_still_matches() -> None:
+    ledger = XidLedger(window_seconds=30)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    assert ledger.record("kmsg", 5, 13, when=1000.0 + 2 * 30 - EPSILON)  # 1000.0 is still kept
+    assert not ledger.record("kmsg", 3, 79, when=1000.0 + 30 - EPSILON)
+    assert ledger.counts() == {(3, 79): 1, (5, 13): 1}
+
+
+def test_a_twin_pushed_out_by_a_flood_counts_again() -> None:
+    ledger = XidLedger(window_seconds=30, max_unmatched=4)
+    assert ledger.record("nvml", 3, 79, when=1000.0)
+    for i in range(4):  # four unmatched events fill the bounded memory and evict the first
+        ledger.record("kmsg", 5, 13, when=1000.0 + i * EPSILON)
+    assert ledger.record("kmsg", 3, 79, when=1000.5)
+    assert ledger.counts()[(3, 79)] == 2
