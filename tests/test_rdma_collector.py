@@ -124,8 +124,8 @@ def test_cluster_node_exact_samples() -> None:
         key("clusterhealth_rdma_port_state_id", **port): 4,
         key("clusterhealth_rdma_port_physical_state_id", **port): 5,
         key("clusterhealth_rdma_port_rate_bytes_per_second", **port): 50e9,
-        key("clusterhealth_rdma_port_data_received_bytes_total", **port): 4_098_215_576_004 * 4,
-        key("clusterhealth_rdma_port_data_transmitted_bytes_total", **port): 4_127_339_901_732 * 4,
+        key("clusterhealth_rdma_port_data_received_bytes_total", **port): 16_392_862_304_016,  # port_rcv_data: 4_098_215_576_004 words
+        key("clusterhealth_rdma_port_data_transmitted_bytes_total", **port): 16_509_359_606_928,  # port_xmit_data: 4_127_339_901_732 words
         key("clusterhealth_rdma_port_packets_received_total", **port): 15_876_023_391,
         key("clusterhealth_rdma_port_packets_transmitted_total", **port): 15_902_447_810,
         key("clusterhealth_rdma_port_xmit_wait_total", **port): 1_826_304_775,
@@ -232,11 +232,11 @@ def test_node_exporter_tree_saturation_and_legacy_counters() -> None:
     assert samples[key("clusterhealth_rdma_port_xmit_wait_total", **port1)] == 4_294_967_295
     assert samples[key("clusterhealth_rdma_port_errors_total", **port1, counter="port_xmit_discards")] == 5
     assert samples[key("clusterhealth_rdma_port_errors_total", **port1, counter="port_rcv_discards")] == 0
-    assert samples[key("clusterhealth_rdma_port_legacy_data_received_bytes_total", **port1)] == 4_631_917 * 4
+    assert samples[key("clusterhealth_rdma_port_legacy_data_received_bytes_total", **port1)] == 18_527_668
     assert samples[key("clusterhealth_rdma_port_legacy_unicast_packets_transmitted_total", **port1)] == 61_239
     port2 = {"device": "mlx4_0", "port": "2"}
     assert samples[key("clusterhealth_rdma_port_data_received_bytes_total", **port2)] == 0
-    assert samples[key("clusterhealth_rdma_port_legacy_data_received_bytes_total", **port2)] == 4_631_917 * 4
+    assert samples[key("clusterhealth_rdma_port_legacy_data_received_bytes_total", **port2)] == 18_527_668
     # counters_ext/ present: the 32-bit counters/ data fields are watched for saturation too.
     assert samples[key("clusterhealth_rdma_port_pma_saturated", **port2, counter="port_rcv_data")] == 0
 

@@ -157,8 +157,8 @@ def test_procfs_tree_port_values() -> None:
     assert (mlx5.rate_bytes_per_second, mlx5.rate_lanes, mlx5.rate_speed) == (3_125_000_000, 1, "EDR")
     assert mlx5.link_layer == "InfiniBand"
     assert mlx5.counters is not None
-    assert mlx5.counters.port_rcv_data_bytes == 18_126_345_378 * 4
-    assert mlx5.counters.port_xmit_data_bytes == 2_880_761_508_848 * 4
+    assert mlx5.counters.port_rcv_data_bytes == 72_505_381_512  # port_rcv_data 18_126_345_378 words
+    assert mlx5.counters.port_xmit_data_bytes == 11_523_046_035_392  # port_xmit_data 2_880_761_508_848 words
     assert mlx5.counters.unicast_xmit_packets == 10_907_922_116
     # lifespan is the kernel's cache period, not a counter.
     assert "lifespan" not in mlx5.hw_counters
@@ -196,8 +196,8 @@ def test_legacy_counters_and_32_bit_saturation() -> None:
     assert port1.counters.port_xmit_wait == 4_294_967_295
     assert port1.pinned_at_max["port_xmit_wait"] is True
     assert port1.legacy_counters == LegacyCounters(
-        port_xmit_data_bytes=3_733_440 * 4,
-        port_rcv_data_bytes=4_631_917 * 4,
+        port_xmit_data_bytes=14_933_760,  # 3_733_440 words
+        port_rcv_data_bytes=18_527_668,  # 4_631_917 words
         port_xmit_packets=0,
         port_rcv_packets=0,
         unicast_xmit_packets=61_239,
@@ -252,7 +252,7 @@ def test_cluster_node_healthy_hca() -> None:
     assert (port.state_id, port.physical_state_id, port.rate_bytes_per_second) == (4, 5, 50_000_000_000)
     assert (port.link_layer, port.netdev, port.gid_netdevs) == ("InfiniBand", "ibp24s0", ())
     assert port.counters is not None
-    assert port.counters.port_xmit_data_bytes == 4_127_339_901_732 * 4
+    assert port.counters.port_xmit_data_bytes == 16_509_359_606_928  # 4_127_339_901_732 words
     assert port.counters.port_xmit_wait == 1_826_304_775
     assert len(port.counters.by_file()) == 21
     assert set(port.pinned_at_max) == set(infiniband.PMA_COUNTER_BITS)
@@ -442,7 +442,7 @@ def test_read_errors_are_skipped(monkeypatch: pytest.MonkeyPatch, code: int) -> 
     assert mlx5_0.firmware_version is None
     assert port.counters is not None and port.counters.symbol_error is None
     assert "out_of_buffer" not in port.hw_counters and len(port.hw_counters) == 23
-    assert port.counters.port_rcv_data_bytes == 4_098_215_576_004 * 4
+    assert port.counters.port_rcv_data_bytes == 16_392_862_304_016  # 4_098_215_576_004 words
     assert {s.path for s in mlx5_0.skipped} == {"mlx5_0/" + path.split("/", 1)[1] for path in failing}
     assert {s.reason for s in mlx5_0.skipped} == {errno.errorcode[code]}
 
