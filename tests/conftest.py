@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,15 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SCENARIOS = nvml_sim.SCENARIO_DIR
 CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
+
+
+def require_tool(name: str) -> str:
+    """The path of a real tool a test runs. `make test` installs them (Makefile `sysdeps`), so a
+    missing one fails the test rather than skipping it: a skipped test passes in CI unnoticed."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: `make test` installs it (Makefile sysdeps)")
+    return path
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:

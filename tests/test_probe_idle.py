@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,10 +131,8 @@ def test_a_busy_command_that_cannot_answer_is_not_taken_for_idle(command: list[s
 
 
 def test_a_hanging_busy_command_is_cut_at_its_timeout() -> None:
-    started = time.monotonic()
     reason = IdleGuard(None, ["sleep", "60"], 1).check()
     assert reason == "cannot tell: busy command timed out after 1 s: sleep 60"
-    assert time.monotonic() - started < 8
 
 
 def test_busy_gpus_answer_without_running_the_command(

@@ -5,7 +5,6 @@ lock -> idle guard -> template -> run (server and client) -> parse -> evaluate -
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -25,7 +24,13 @@ from clusterhealth.checks.probes import (
     template,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 is not installed")
+from .conftest import require_tool
+
+
+@pytest.fixture(autouse=True)
+def _iperf3() -> None:
+    require_tool("iperf3")
+
 
 SERVER = ["iperf3", "-s", "-1", "-B", "{peer}", "-p", "{port}"]
 CLIENT = ["iperf3", "-c", "{peer}", "-p", "{port}", "-t", "1", "-J"]

@@ -191,9 +191,8 @@ def test_an_interrupted_run_takes_its_process_group_down(tmp_path: Path) -> None
 
 
 def test_background_job_holding_the_pipes_is_killed_when_the_child_exits() -> None:
-    started = time.monotonic()
-    result = run(["sh", "-c", "sleep 100 & echo $!"], timeout=60)
-    assert time.monotonic() - started < 5, "waited for the background job instead of killing it"
+    # Waiting for the background job instead of killing it would end in the timeout.
+    result = run(["sh", "-c", "sleep 100 & echo $!"], timeout=20)
     assert (result.exit_code, result.timed_out, result.leftovers_killed) == (0, False, 1)
     assert dead(int(result.stdout))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -18,10 +17,14 @@ import yaml
 from clusterhealth.agent import config as configuration
 from clusterhealth.checks.probes import ProbeLock
 
-from .conftest import ROOT, AgentProcess, run_cli, scenario, value
+from .conftest import ROOT, AgentProcess, require_tool, run_cli, scenario, value
 
-IPERF3 = shutil.which("iperf3")
-needs_iperf3 = pytest.mark.skipif(IPERF3 is None, reason="iperf3 is missing: `make test` installs it")
+needs_iperf3 = pytest.mark.usefixtures("iperf3")
+
+
+@pytest.fixture
+def iperf3() -> str:
+    return require_tool("iperf3")
 
 
 def free_port() -> int:
@@ -31,11 +34,10 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def iperf3_server() -> Iterator[int]:
+def iperf3_server(iperf3: str) -> Iterator[int]:
     """A real iperf3 server on loopback, serving any number of tests."""
-    assert IPERF3 is not None
     port = free_port()
-    server = subprocess.Popen([IPERF3, "-s", "-B", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen([iperf3, "-s", "-B", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -139,10 +141,8 @@ def test_hung_probe_times_out_and_leaves_no_process(tmp_path: Path) -> None:
         "timeout_seconds": 1,
     }
     config = write_config(tmp_path, [probe], collectors={"gpu": {"enabled": False}})
-    started = time.monotonic()
     code, runs = probe_run(config, "hang")
     assert runs[0]["result"] == "timeout" and code == 2
-    assert time.monotonic() - started < 30
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
 
 

@@ -27,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusterhealth.exporters.rdma import RdmaCollector
 
+from .conftest import require_tool
+
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 CLUSTER = FIXTURES / "cluster-node" / "sys"
 UPSTREAM_TREES = ("procfs-fixture", "node-exporter-fixture")
@@ -191,10 +193,7 @@ class Scrape:
 
 @pytest.fixture(scope="module")
 def node_exporter() -> str:
-    binary = shutil.which("prometheus-node-exporter")
-    if binary is None:
-        pytest.skip("prometheus-node-exporter is not installed (Debian package; `make test` installs it)")
-    return binary
+    return require_tool("prometheus-node-exporter")
 
 
 def free_port() -> int:
