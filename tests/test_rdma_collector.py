@@ -124,8 +124,9 @@ def test_cluster_node_exact_samples() -> None:
         key("clusterhealth_rdma_port_state_id", **port): 4,
         key("clusterhealth_rdma_port_physical_state_id", **port): 5,
         key("clusterhealth_rdma_port_rate_bytes_per_second", **port): 50e9,
-        key("clusterhealth_rdma_port_data_received_bytes_total", **port): 16_392_862_304_016,  # port_rcv_data: 4_098_215_576_004 words
-        key("clusterhealth_rdma_port_data_transmitted_bytes_total", **port): 16_509_359_606_928,  # port_xmit_data: 4_127_339_901_732 words
+        # port_rcv_data and port_xmit_data hold 4_098_215_576_004 and 4_127_339_901_732 4-byte words.
+        key("clusterhealth_rdma_port_data_received_bytes_total", **port): 16_392_862_304_016,
+        key("clusterhealth_rdma_port_data_transmitted_bytes_total", **port): 16_509_359_606_928,
         key("clusterhealth_rdma_port_packets_received_total", **port): 15_876_023_391,
         key("clusterhealth_rdma_port_packets_transmitted_total", **port): 15_902_447_810,
         key("clusterhealth_rdma_port_xmit_wait_total", **port): 1_826_304_775,
