@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -134,16 +135,18 @@ def test_missing_binary_fails_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_hung_probe_times_out_and_leaves_no_process(tmp_path: Path) -> None:
+    # A duration of this run's own, so that another test run on the machine is not taken for a leak.
+    seconds = f"300.{os.getpid()}"
     probe = {
         "name": "hang",
         "kind": "iperf3",
-        "argv": ["sh", "-c", "sleep 300 & sleep 300"],
+        "argv": ["sh", "-c", f"sleep {seconds} & sleep {seconds}"],
         "timeout_seconds": 1,
     }
     config = write_config(tmp_path, [probe], collectors={"gpu": {"enabled": False}})
     code, runs = probe_run(config, "hang")
     assert runs[0]["result"] == "timeout" and code == 2
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", seconds]]
 
 
 def test_a_held_lock_makes_the_run_skip(tmp_path: Path) -> None:
