@@ -216,7 +216,12 @@ class KernelLogCollector:
             lost.add_metric([], float(reader.lost_records))
             read = CounterMetricFamily("clusterhealth_kernel_log_records_total", "Kernel-log records read.")
             read.add_metric([], float(self.records_read))
-            families += [lost, read]
+            malformed = CounterMetricFamily(
+                "clusterhealth_kernel_log_malformed_records_total",
+                "Kernel-log records skipped because they could not be parsed (absurd fields, overlong).",
+            )
+            malformed.add_metric([], float(reader.malformed_records))
+            families += [lost, read, malformed]
         return families
 
     def recent_events(self) -> list[SeenEvent]:

@@ -162,6 +162,8 @@ def test_an_absurd_number_skips_only_its_record(tmp_path: Path) -> None:
     assert (collector.events["mlx5"], collector.events["pcie_aer_corrected"]) == (1, 1)
     assert ledger.counts() == {(1, 79): 1}
     assert families["clusterhealth_kernel_log_records"].samples[0].value == 4
+    # The skipped record is counted where an operator sees it.
+    assert families["clusterhealth_kernel_log_malformed_records"].samples[0].value == 1
     collector.close()
 
 
