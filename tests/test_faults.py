@@ -13,6 +13,9 @@ covered in a file of its own subject, this index says where:
 | probe that hangs, crashes, floods stdout, prints garbage, binary missing | here |
 | state directory unwritable, or full | here (unwritable also in test_probes_collector.py) |
 | 50 SIGHUPs in a row: no thread or fd leak | here |
+| kernel log: flood, binary garbage, overlong, absurd numbers, truncated | here (the agent) |
+| the same, one by one, and an overrun (EPIPE) | test_kmsg.py, test_kernel_watch.py (the reader) |
+| kernel log: a source that closes | here |
 """
 
 from __future__ import annotations
@@ -352,3 +355,103 @@ def test_fifty_sighups_in_a_row_leak_no_thread_or_fd(
     # A scrape's connection thread may still be closing: a leak is what stays.
     agent.wait_for(lambda: _threads(pid) <= threads and _fds(pid) <= fds, timeout=10, what="no leak")
     assert agent.proc.poll() is None
+
+
+# --- kernel log ----------------------------------------------------------------------------------
+
+XID_79 = "NVRM: Xid (PCI:0000:1b:00): 79, pid=0, name=, GPU has fallen off the bus."
+
+
+def _record(seq: int, message: str) -> bytes:
+    return b"4,%d,%d,-;%s\n" % (seq, 5_000_000 + seq, message.encode())
+
+
+def test_kernel_log_garbage_floods_and_truncation_leave_the_agent_serving(
+    agent_process: AgentFactory,
+    write_scenario: Callable[..., Path],
+    tmp_path: Path,
+    empty_node: dict[str, str],
+) -> None:
+    kmsg = Path(empty_node["paths.kmsg"])
+    noise = os.urandom(64 * 1024).replace(b"\n", b"")  # binary garbage, one overlong "line"
+    absurd = b"6," + b"9" * 5000 + b",1,-;no kernel prints this\n"
+    flood = b"".join(_record(n, f"usb 1-1: new device {n}") for n in range(2, 30_002))
+    kmsg.write_bytes(noise + b"\n" + absurd + _record(1, XID_79) + flood)
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 1000}}}
+        )
+    )
+    agent = agent_process(
+        "--config",
+        str(config),
+        "--simulate",
+        str(write_scenario(scenario())),
+        "--sysfs-root",
+        empty_node["paths.sysfs"],
+        "--kmsg-path",
+        str(kmsg),
+    )
+    agent.wait_for(
+        lambda: value(agent.metrics(), "clusterhealth_kernel_log_records_total") == 30_001,
+        timeout=60,
+        what="the flood read in bounded cycles",
+    )
+    text = agent.metrics()
+    assert value(text, "clusterhealth_gpu_xid_errors_total", xid="79") == 1
+    assert value(text, "clusterhealth_kernel_log_malformed_records_total") >= 2
+    assert value(text, "clusterhealth_scrape_collector_success", collector="kernel_log") == 1
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+    # Truncated and written again (logrotate's copytruncate): followed, nothing counted twice.
+    kmsg.write_bytes(_record(1, XID_79) + _record(30_002, XID_79.replace("1b:00", "43:00")))
+    agent.wait_for(
+        lambda: value(agent.metrics(), "clusterhealth_gpu_xid_errors_total", xid="79", gpu="1") == 1,
+        what="the line written after the truncation",
+    )
+    assert value(agent.metrics(), "clusterhealth_gpu_xid_errors_total", xid="79", gpu="0") == 1
+
+
+def test_a_kernel_log_source_that_closes(
+    agent_process: AgentFactory,
+    write_scenario: Callable[..., Path],
+    tmp_path: Path,
+    empty_node: dict[str, str],
+) -> None:
+    # A FIFO fed by a forwarder that goes away and comes back (a log shipper restarting).
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    keep_open = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # so the agent's open does not wait
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(yaml.safe_dump({"collectors": {"kernel_log": {"interval_seconds": 0.5}}}))
+    agent = agent_process(
+        "--config",
+        str(config),
+        "--simulate",
+        str(write_scenario(scenario())),
+        "--sysfs-root",
+        empty_node["paths.sysfs"],
+        "--kmsg-path",
+        str(fifo),
+    )
+    try:
+        os.write(keep_open, _record(1, XID_79))
+        agent.wait_for(
+            lambda: value(agent.metrics(), "clusterhealth_gpu_xid_errors_total", xid="79") == 1,
+            what="the Xid",
+        )
+    finally:
+        os.close(keep_open)  # the writer goes away: end of file, not an error
+    agent.wait_for(
+        lambda: (value(agent.metrics(), "clusterhealth_kernel_log_records_total") or 0) >= 1, what="a read"
+    )
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # and comes back
+    try:
+        os.write(writer, _record(2, XID_79.replace("1b:00", "43:00")))
+        agent.wait_for(
+            lambda: value(agent.metrics(), "clusterhealth_gpu_xid_errors_total", xid="79", gpu="1") == 1,
+            what="the Xid after the writer came back",
+        )
+    finally:
+        os.close(writer)
+    assert value(agent.metrics(), "clusterhealth_scrape_collector_success", collector="kernel_log") == 1
