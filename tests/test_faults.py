@@ -380,7 +380,7 @@ def test_kernel_log_garbage_floods_and_truncation_leave_the_agent_serving(
     config = tmp_path / "clusterhealth.yaml"
     config.write_text(
         yaml.safe_dump(
-            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 1000}}}
+            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 5000}}}
         )
     )
     agent = agent_process(
