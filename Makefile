@@ -10,7 +10,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate
 
 demo: venv
 	$(BIN)/clusterhealth demo
@@ -30,6 +30,11 @@ typecheck: venv
 	@mkdir -p build/typecheck/clusterhealth
 	@for d in agent exporters checks dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
 	$(BIN)/mypy
+
+# Rules, dashboards and the chart's copies are generated from code and committed; the tests
+# regenerate them and fail on any difference.
+generate: venv
+	$(BIN)/python deploy/prometheus/mixin.py
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py

@@ -1,0 +1,707 @@
+"""clusterhealth's Prometheus recording rules and alerts, generated from one table (a mixin).
+
+The selectors and thresholds are the fields of `Config`; `python deploy/prometheus/mixin.py`
+writes the committed files (`make generate`), and `--config FILE` regenerates them with a user's
+own values (a YAML mapping of field names, e.g. `{selector: 'job="gpu-health"', for_sustained:
+30m}`). tests/test_prometheus_rules.py regenerates with the defaults and compares byte for byte.
+
+Conventions (kubernetes-mixin, node-mixin): recording rules are named `level:metric:operations`;
+every alert has `severity` (`critical` pages someone now, `warning` is a ticket), a summary
+naming the node (`instance`) and the device, a description with the likely cause and the first
+action, and a `runbook_url` to docs/runbooks/<Alert>.md.
+
+Metric names are the agent's own (README and SPEC); a test checks each one against the
+exposition of a real agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+RULES_FILE = ROOT / "deploy" / "prometheus" / "clusterhealth-rules.yaml"
+
+# Xid codes NVIDIA's catalog gives an immediate action for (reset, reboot, NVLink or ECC
+# workflow), and the memory-health codes 63, 92, 94: checks/xid_catalog.py's CRITICAL_XIDS. A
+# copy, so that regenerating needs no installed package; a test keeps the two equal.
+CRITICAL_XIDS = (46, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145,
+                 146, 147, 148, 149, 150, 154, 155, 158)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every selector, threshold and duration of the rules; the defaults are what ships."""
+
+    selector: str = field(
+        default='job="clusterhealth"', metadata={"doc": "label matchers of the agent's scrape job"}
+    )
+    runbook_url: str = field(
+        default="https://github.com/clusterhealth/clusterhealth/blob/main/docs/runbooks/{alert}.md",
+        metadata={"doc": "runbook link per alert; {alert} is replaced by its name"},
+    )
+    # How long a condition must hold before the alert fires.
+    for_immediate: str = field(default="1m", metadata={"doc": "hardware states: GPU lost, ECC, port down"})
+    for_sustained: str = field(default="10m", metadata={"doc": "slowdowns, degraded links, stragglers"})
+    for_agent: str = field(default="5m", metadata={"doc": "agent down or a collector failing"})
+    for_drift: str = field(default="1h", metadata={"doc": "firmware drift (a roll-out takes a while)"})
+    for_absent: str = field(default="15m", metadata={"doc": "no agent scraped at all"})
+    # Windows of the counter-based (event) alerts: how long an event keeps its alert firing.
+    xid_window: str = field(default="1h", metadata={"doc": "a critical Xid alerts this long"})
+    flap_window: str = field(default="1h", metadata={"doc": "an RDMA link_downed increment alerts this long"})
+    error_window: str = field(default="1h", metadata={"doc": "window of the per-hour RDMA error rates"})
+    rate_window: str = field(default="5m", metadata={"doc": "window of the per-second and per-minute rates"})
+    critical_xids: tuple[int, ...] = field(
+        default=CRITICAL_XIDS, metadata={"doc": "Xid codes that page (checks/xid_catalog.py)"}
+    )
+    slowdown_reasons: tuple[str, ...] = field(
+        default=("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"),
+        metadata={"doc": "clock-event reasons that mean a fault (sw_power_cap under full load is normal)"},
+    )
+    busy_utilization: float = field(
+        default=0.5, metadata={"doc": "a GPU above this utilization ratio counts as busy"}
+    )
+    rdma_port_selector: str = field(
+        default="",
+        metadata={"doc": 'extra matchers for ports that must be up, e.g. device=~"mlx5_[0-7]"'},
+    )
+    symbol_errors_per_second_critical: float = field(
+        default=10, metadata={"doc": "symbol_error rate (over rate_window) that pages"}
+    )
+    symbol_errors_per_hour_warning: float = field(
+        default=120, metadata={"doc": "symbol_error increase per error_window that opens a ticket"}
+    )
+    link_error_recovery_per_minute: float = field(
+        default=5, metadata={"doc": "link_error_recovery rate that counts as flapping"}
+    )
+    receive_error_counters: tuple[str, ...] = field(
+        default=(
+            "port_rcv_errors",
+            "port_rcv_remote_physical_errors",
+            "local_link_integrity_errors",
+            "excessive_buffer_overrun_errors",
+        ),
+        metadata={"doc": "counters/ files that count damaged packets or link-integrity faults"},
+    )
+    receive_errors_per_hour_warning: float = field(
+        default=10, metadata={"doc": "increase per error_window of those counters (ibcheckerrors' default)"}
+    )
+    probe_degraded_fraction: float = field(
+        default=0.8, metadata={"doc": "bandwidth below this fraction of the expectation is degraded"}
+    )
+    straggler_margin: float = field(
+        default=0.1, metadata={"doc": "a straggler sits this fraction below the medians"}
+    )
+    straggler_min_nodes: int = field(
+        default=3, metadata={"doc": "nodes a probe's fleet median needs before it is trusted"}
+    )
+    uncovered_checks: tuple[str, ...] = field(
+        default=("gpu_count", "hca_count", "rdma_port_rate", "hca_firmware", "gpu_driver", "gpu_vbios"),
+        metadata={"doc": "audit checks without an alert of their own, reported by NodeCheckFailing"},
+    )
+    # The fabric work (SPEC "Fabric": clusterhealth_probe_peer_success, clusterhealth_probe_round,
+    # clusterhealth_node_info) adds a pairwise host rule. When it lands, set these to a PromQL
+    # expression giving one series per suspect host with `instance`, `job` and `probe` labels; it
+    # joins FabricBandwidthDegraded and NodeStraggler with `or`.
+    fabric_pairwise_host_expr: str = field(
+        default="", metadata={"doc": "pairwise suspect-host expression joined to FabricBandwidthDegraded"}
+    )
+    straggler_pairwise_host_expr: str = field(
+        default="", metadata={"doc": "pairwise suspect-host expression joined to NodeStraggler"}
+    )
+
+
+# The profile tests/test_end_to_end.py runs: every duration short enough for a test of seconds.
+TEST_PROFILE = {
+    "for_immediate": "2s",
+    "for_sustained": "2s",
+    "for_agent": "2s",
+    "for_drift": "2s",
+    "for_absent": "5s",
+    "xid_window": "1m",
+    "flap_window": "1m",
+    "error_window": "1m",
+    "rate_window": "20s",
+}
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    severity: str
+    expr: str
+    summary: str
+    description: str
+    for_: str = "0m"
+    device: bool = True
+    """A device alert is inhibited while its node's agent is down (deploy/alertmanager)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    rules: Sequence[Alert | Record]
+
+
+def _matchers(config: Config, *extra: str) -> str:
+    return "{" + ",".join(m for m in (config.selector, *extra) if m) + "}"
+
+
+def _alternation(values: Iterable[object]) -> str:
+    return "|".join(str(v) for v in values)
+
+
+def _joined(expr: str, extra: str) -> str:
+    """`expr`, or `expr` or `extra` when a hook expression is set."""
+    if not extra:
+        return expr
+    return f"(\n{_indent(expr)}\n)\nor\n(\n{_indent(extra.strip())}\n)"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line if line else line for line in text.splitlines())
+
+
+GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+PORT = "RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }}"
+
+
+def groups(c: Config) -> list[Group]:
+    def m(*extra: str) -> str:
+        return _matchers(c, *extra)
+
+    port = c.rdma_port_selector
+    xids = m(f'xid=~"{_alternation(c.critical_xids)}"')
+    slowdown = m(f'reason=~"{_alternation(c.slowdown_reasons)}"')
+    receive = m(f'counter=~"{_alternation(c.receive_error_counters)}"')
+    uncovered = m(f'check=~"{_alternation(c.uncovered_checks)}"')
+    local = m('peer=""')
+    fraction = c.probe_degraded_fraction
+    below = round(1 - c.straggler_margin, 6)
+
+    recording = Group(
+        "clusterhealth.rules",
+        [
+            # Stragglers: the SM clock of busy GPUs, with the GPU model (`name`) so that medians
+            # compare like with like.
+            Record(
+                "instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy",
+                f"""(
+  clusterhealth_gpu_sm_clock_hertz{m()}
+  * on (instance, job, gpu, uuid) group_left (name)
+  clusterhealth_gpu_info{m()}
+)
+and on (instance, job, gpu, uuid)
+clusterhealth_gpu_utilization_ratio{m()} > {c.busy_utilization}""",
+            ),
+            Record(
+                "instance:clusterhealth_gpu_sm_clock_hertz:busy_median",
+                "quantile by (instance, job, name) (0.5, instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy)",
+            ),
+            Record(
+                "job:clusterhealth_gpu_sm_clock_hertz:busy_median",
+                "quantile by (job, name) (0.5, instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy)",
+            ),
+            Record(
+                "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:median",
+                f"quantile by (job, probe) (0.5, clusterhealth_probe_bandwidth_bytes_per_second{local})",
+            ),
+            Record(
+                "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes",
+                f"count by (job, probe) (clusterhealth_probe_bandwidth_bytes_per_second{local})",
+            ),
+            # Firmware drift: each version with the board (HCA board_id) or model (GPU name) it
+            # runs on, then how many devices of the fleet run each version.
+            Record(
+                "instance_subject:clusterhealth_firmware_info:model",
+                f"""clusterhealth_firmware_info{m('component="hca"')}
+  * on (instance, job, subject) group_left (model)
+  label_replace(
+    label_replace(clusterhealth_rdma_device_info{m()}, "subject", "$1", "device", "(.*)"),
+    "model", "$1", "board_id", "(.*)"
+  )
+or
+clusterhealth_firmware_info{m('component="gpu_vbios"')}
+  * on (instance, job, subject) group_left (model)
+  label_replace(
+    label_replace(clusterhealth_gpu_info{m()}, "subject", "$1", "gpu", "(.*)"),
+    "model", "$1", "name", "(.*)"
+  )
+or
+clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
+            ),
+            Record(
+                "job_component_model_version:clusterhealth_firmware_info:count",
+                "count by (job, component, model, version) "
+                "(instance_subject:clusterhealth_firmware_info:model)",
+            ),
+            Record(
+                "job_component_model:clusterhealth_firmware_info:max_count",
+                "max by (job, component, model) "
+                "(job_component_model_version:clusterhealth_firmware_info:count)",
+            ),
+            # MTU drift: how many nodes run each MTU on an interface of a given name.
+            Record(
+                "job_interface_mtu:clusterhealth_netdev_mtu_bytes:count",
+                f'count_values by (job, interface) ("mtu", clusterhealth_netdev_mtu_bytes{m()})',
+            ),
+            Record(
+                "job_interface:clusterhealth_netdev_mtu_bytes:max_count",
+                "max by (job, interface) (job_interface_mtu:clusterhealth_netdev_mtu_bytes:count)",
+            ),
+            # The fleet overview's health matrix: the worst status per node and check.
+            Record(
+                "instance_check:clusterhealth_check_status:max",
+                f"max by (instance, job, check) (clusterhealth_check_status{m()})",
+            ),
+        ],
+    )
+
+    degraded_probe = f"""clusterhealth_probe_bandwidth_bytes_per_second{m()}
+< on (instance, job, probe) group_left ()
+(clusterhealth_probe_expected_bandwidth_bytes_per_second{m()} * {fraction})"""
+
+    gpu = Group(
+        "clusterhealth.gpu",
+        [
+            Alert(
+                "GPUFellOffBus",
+                "critical",
+                f"clusterhealth_gpu_up{m()} == 0",
+                f"{GPU} fell off the bus: NVML cannot reach it.",
+                "The GPU no longer answers NVML (Xid 79 in the kernel log is the usual sign): a PCIe "
+                "link, power or thermal fault took it away and every job on it has failed. Drain the "
+                "node, then reset the GPU or reboot; reseat or replace it if it comes back.",
+                c.for_immediate,
+            ),
+            Alert(
+                "GPUUncorrectableECC",
+                "critical",
+                "clusterhealth_gpu_ecc_errors_total" + m('error="uncorrected"', 'scope="volatile"') + " > 0",
+                f"{GPU} had uncorrectable ECC errors since its driver loaded.",
+                "{{ $value }} uncorrectable memory errors (Xid 48, 94 or 95): data on the GPU was "
+                "lost and the jobs using it got errors. Drain the GPU and reset it so the row remap "
+                "takes effect; replace it if the remap fails or the errors return.",
+                c.for_immediate,
+            ),
+            Alert(
+                "GPURowRemapFailed",
+                "critical",
+                f"clusterhealth_gpu_row_remap_failed{m()} == 1",
+                f"{GPU} failed to remap a memory row: it needs replacing.",
+                "The GPU ran out of spare memory rows (Xid 64): a failing row can no longer be "
+                "repaired. Drain the node and open an RMA for the GPU.",
+                c.for_immediate,
+            ),
+            Alert(
+                "GPURowRemapPending",
+                "warning",
+                f"clusterhealth_gpu_row_remap_pending{m()} == 1",
+                f"{GPU} has a row remap waiting for a GPU reset.",
+                "After memory errors the GPU scheduled a row remap (Xid 63) that takes effect only at "
+                "the next GPU reset. Drain the GPU when its jobs end and reset it.",
+                c.for_immediate,
+            ),
+            Alert(
+                "GPUXidCritical",
+                "critical",
+                # A code's first event creates its series at 1, which increase() cannot see:
+                # the second term catches series younger than the window.
+                f"""increase(clusterhealth_gpu_xid_errors_total{xids}[{c.xid_window}]) > 0
+or
+(
+  clusterhealth_gpu_xid_errors_total{xids}
+  unless
+  clusterhealth_gpu_xid_errors_total{xids} offset {c.xid_window}
+)""",
+                f"{GPU} reported critical Xid {{{{ $labels.xid }}}}.",
+                "Xid {{ $labels.xid }} is one NVIDIA's catalog answers with a GPU reset, a reboot, "
+                "or an ECC or NVLink workflow (the runbook lists each code). Run `clusterhealth check "
+                "--only gpu_xid` on the node for the code's meaning and action; usually drain, then "
+                "reset the GPU.",
+            ),
+            Alert(
+                "GPUThermalOrPowerSlowdown",
+                "warning",
+                f"clusterhealth_gpu_clocks_event_active{slowdown} == 1",
+                f"{GPU} is clocked down by {{{{ $labels.reason }}}}.",
+                "The GPU holds its clocks down because of heat or a power fault ({{ $labels.reason "
+                "}}), so it slows every synchronous job step. Check its temperatures, fans or "
+                "airflow and the power supplies; drain it if it persists.",
+                c.for_sustained,
+            ),
+            Alert(
+                "GPUPCIeLinkDegraded",
+                "warning",
+                f"""clusterhealth_gpu_pcie_link_width{m()} < clusterhealth_gpu_pcie_link_width_max{m()}
+or
+(
+  clusterhealth_gpu_pcie_link_generation{m()} < clusterhealth_gpu_pcie_link_generation_max{m()}
+  and on (instance, job, gpu, uuid)
+  clusterhealth_gpu_utilization_ratio{m()} > {c.busy_utilization}
+)""",
+                f"{GPU} runs its PCIe link below its maximum width or generation.",
+                "The link trained narrower than the slot, or runs a lower generation under load: "
+                "host-device copies run at a fraction of their speed. Usually a badly seated "
+                "GPU or riser; reseat it at the next maintenance.",
+                c.for_sustained,
+            ),
+            Alert(
+                "NVLinkDown",
+                "critical",
+                f"clusterhealth_gpu_nvlink_up{m()} == 0",
+                f"NVLink {{{{ $labels.link }}}} of {GPU} is down.",
+                "An NVLink is down (often after Xid 74 CRC and replay errors): collectives on the "
+                "node fall back to slower paths or fail. Drain the node and reset the GPUs (or "
+                "reboot); replace the GPU or baseboard if the link stays down.",
+                c.for_immediate,
+            ),
+        ],
+    )
+
+    rdma = Group(
+        "clusterhealth.rdma",
+        [
+            Alert(
+                "RDMAPortDown",
+                "critical",
+                f"""clusterhealth_rdma_port_state_id{m(port)} != 4
+or on (instance, job, device, port)
+clusterhealth_rdma_port_physical_state_id{m(port)} != 5""",
+                f"{PORT} is not ACTIVE and LinkUp.",
+                "The port lost its link, or waits for the subnet manager: traffic on this rail "
+                "stops or moves to the others. Check the cable and the switch port (ibstat, "
+                "mlxlink); reseat or replace the cable or transceiver.",
+                c.for_immediate,
+            ),
+            Alert(
+                "RDMALinkFlapping",
+                "warning",
+                f"""increase(
+  clusterhealth_rdma_port_errors_total{m('counter="link_downed"')}[{c.flap_window}]
+) > 0
+or
+rate(clusterhealth_rdma_port_errors_total{m('counter="link_error_recovery"')}[{c.rate_window}]) * 60
+  > {c.link_error_recovery_per_minute}""",
+                f"{PORT} is flapping ({{{{ $labels.counter }}}}).",
+                "The link went down or retrained recently: every flap stalls the collectives that "
+                "use it. Usually a marginal cable or transceiver; check it with mlxlink and replace "
+                "it if the counters keep rising.",
+            ),
+            Alert(
+                "RDMAPortErrors",
+                "critical",
+                f"""rate(clusterhealth_rdma_port_errors_total{m('counter="symbol_error"')}[{c.rate_window}])
+  > {c.symbol_errors_per_second_critical}""",
+                f"{PORT} counts more than {c.symbol_errors_per_second_critical:g} symbol errors per second.",
+                "{{ $value | humanize }} symbol errors per second: the link is corrupting data and "
+                "retransmitting. Drain the node (or disable the port) and replace the cable or "
+                "transceiver.",
+                c.for_immediate,
+            ),
+            Alert(
+                "RDMAPortErrors",
+                "warning",
+                f"""increase(clusterhealth_rdma_port_errors_total{m('counter="symbol_error"')}[{c.error_window}])
+  > {c.symbol_errors_per_hour_warning:g}
+or
+increase(clusterhealth_rdma_port_errors_total{receive}[{c.error_window}])
+  > {c.receive_errors_per_hour_warning:g}""",
+                f"{PORT} counts {{{{ $labels.counter }}}} errors.",
+                "{{ $value | humanize }} {{ $labels.counter }} errors in " + c.error_window + ": a "
+                "marginal cable, transceiver or port. Check the link with mlxlink or ibdiagnet and "
+                "replace the cable at the next maintenance.",
+            ),
+            Alert(
+                "RDMAPortErrorsUnknown",
+                "warning",
+                f"clusterhealth_rdma_port_pma_saturated{m()} == 1",
+                f"{PORT}: counter {{{{ $labels.counter }}}} is saturated, its error rate is unknown.",
+                "The fixed-width PMA counter sits at its maximum and no longer counts, so "
+                "RDMAPortErrors and RDMALinkFlapping cannot see new errors on this port (and the "
+                "link has had many). Check the link, then clear the port's counters (perfquery -R) "
+                "so they count again.",
+            ),
+            Alert(
+                "RDMAPCIeLinkDegraded",
+                "warning",
+                f"""clusterhealth_rdma_device_pcie_link_width{m()}
+  < clusterhealth_rdma_device_pcie_link_width_max{m()}
+or
+clusterhealth_rdma_device_pcie_link_generation{m()}
+  < clusterhealth_rdma_device_pcie_link_generation_max{m()}""",
+                "HCA {{ $labels.device }} on {{ $labels.instance }} runs its PCIe link below its maximum.",
+                "The HCA's PCIe link trained narrower or slower than it can: it cannot feed its "
+                "port at line rate. Usually a badly seated card or riser; reseat it at the next "
+                "maintenance.",
+                c.for_sustained,
+            ),
+            Alert(
+                "MTUMismatch",
+                "warning",
+                f"""label_replace(
+  clusterhealth_check_status{m('check="mtu"')}, "interface", "$1", "subject", "(.*)"
+) > 0 < 3
+or on (instance, job, interface)
+(
+  count_values without () ("mtu", clusterhealth_netdev_mtu_bytes{m()})
+  * on (job, interface, mtu) group_left ()
+  job_interface_mtu:clusterhealth_netdev_mtu_bytes:count
+  < on (job, interface) group_left ()
+  job_interface:clusterhealth_netdev_mtu_bytes:max_count
+)""",
+                "Interface {{ $labels.interface }} on {{ $labels.instance }} has an MTU unlike its "
+                "policy or its peers.",
+                "The MTU differs from the node's policy (check mtu) or from the MTU most nodes use "
+                "on this interface: jumbo frames are dropped or fragmented and RoCE or IPoIB "
+                "throughput falls. Fix the interface's network configuration.",
+                c.for_sustained,
+            ),
+        ],
+    )
+
+    fleet = Group(
+        "clusterhealth.fleet",
+        [
+            Alert(
+                "FirmwareDrift",
+                "warning",
+                """instance_subject:clusterhealth_firmware_info:model
+* on (job, component, model, version) group_left ()
+(
+  job_component_model_version:clusterhealth_firmware_info:count
+  < on (job, component, model) group_left ()
+  job_component_model:clusterhealth_firmware_info:max_count
+)""",
+                "{{ $labels.component }} {{ $labels.subject }} on {{ $labels.instance }} runs "
+                "{{ $labels.version }}, not the fleet's most common version.",
+                "{{ $value }} device(s) of this component and model run {{ $labels.version }} in the "
+                "fleet, fewer than run the most common version: the node missed a roll-out, or got a "
+                "part with other firmware. Mixed firmware causes hard-to-trace collective slowdowns; "
+                "update it to the fleet's version.",
+                c.for_drift,
+            ),
+            Alert(
+                "FabricBandwidthDegraded",
+                "warning",
+                _joined(degraded_probe, c.fabric_pairwise_host_expr),
+                "Probe {{ $labels.probe }}{{ if $labels.peer }} to {{ $labels.peer }}{{ end }} on "
+                "{{ $labels.instance }} measured below its expected bandwidth.",
+                "The last run measured {{ $value | humanize1024 }}B/s, below "
+                f"{fraction:.0%} of the probe's expectation: a slow link, HCA or GPU on this node "
+                "(or its peer). Run `clusterhealth probe run {{ $labels.probe }}` on the node and "
+                "compare its HCAs' counters.",
+                c.for_immediate,
+            ),
+            Alert(
+                "NodeStraggler",
+                "warning",
+                _joined(
+                    f"""instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy
+  < on (instance, job, name) group_left ()
+  (instance:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
+  < on (job, name) group_left ()
+  (job:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
+or
+clusterhealth_probe_bandwidth_bytes_per_second{local}
+  < on (job, probe) group_left ()
+  (job_probe:clusterhealth_probe_bandwidth_bytes_per_second:median * {below})
+  and on (job, probe)
+  job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes >= {c.straggler_min_nodes}""",
+                    c.straggler_pairwise_host_expr,
+                ),
+                "{{ if $labels.gpu }}" + GPU + " is a straggler: its SM clock sits below its node's and "
+                "its fleet's.{{ else }}{{ $labels.instance }} is a straggler in probe {{ $labels.probe "
+                "}}.{{ end }}",
+                "{{ if $labels.gpu }}Busy at {{ $value | humanize }}Hz, more than "
+                f"{c.straggler_margin:.0%} below the median of the node's and the fleet's busy GPUs "
+                "of the same model: every synchronous job step waits for it. Look for clock events "
+                "(thermal, power) and drain it if it persists.{{ else }}The node's last run measured "
+                "{{ $value | humanize1024 }}B/s, more than "
+                f"{c.straggler_margin:.0%} below the fleet's median for the same probe: the node "
+                "slows every job it joins. Compare its GPUs' clocks and HCAs' counters with a healthy "
+                "node.{{ end }}",
+                c.for_sustained,
+            ),
+            Alert(
+                "ProbeFailing",
+                "warning",
+                f"""clusterhealth_probe_success{m()} == 0
+unless on (instance, job, probe)
+(
+{_indent(degraded_probe)}
+)""",
+                "Probe {{ $labels.probe }} on {{ $labels.instance }} failed its last run.",
+                "The probe did not complete (non-zero exit, wrong results, garbage output or a "
+                "timeout). Run `clusterhealth probe run {{ $labels.probe }}` on the node to see "
+                "why; a failed collective often points at a GPU or HCA fault.",
+                c.for_immediate,
+            ),
+            Alert(
+                "NodeCheckFailing",
+                "critical",
+                f"clusterhealth_check_status{uncovered} == 2",
+                "Check {{ $labels.check }} of {{ $labels.subject }} on {{ $labels.instance }} is CRITICAL.",
+                "The node's audit fails against its policy (a GPU or HCA missing, a port below its "
+                "rate, a version other than the pinned one). Run `clusterhealth check --only "
+                "{{ $labels.check }}` on the node for the detail and drain it if devices are "
+                "missing.",
+                c.for_immediate,
+            ),
+            Alert(
+                "NodeCheckFailing",
+                "warning",
+                f"clusterhealth_check_status{uncovered} == 1",
+                "Check {{ $labels.check }} of {{ $labels.subject }} on {{ $labels.instance }} is WARNING.",
+                "The node's audit found something to fix (an extra device, a version unlike its "
+                "siblings'). Run `clusterhealth check --only {{ $labels.check }}` on the node for "
+                "the detail.",
+                c.for_sustained,
+            ),
+            Alert(
+                "NodeCheckUnknown",
+                "warning",
+                f"clusterhealth_check_status{m()} == 3",
+                "Check {{ $labels.check }} of {{ $labels.subject }} on {{ $labels.instance }} is UNKNOWN.",
+                "The agent could not read what the check needs (NVML unusable, the kernel log "
+                "unreadable), so this part of the node is not watched. Run `clusterhealth check` "
+                "on the node and fix the access.",
+                c.for_sustained,
+            ),
+        ],
+    )
+
+    agent = Group(
+        "clusterhealth.agent",
+        [
+            Alert(
+                "ClusterHealthAgentDown",
+                "warning",
+                f"up{m()} == 0",
+                "The clusterhealth agent on {{ $labels.instance }} cannot be scraped.",
+                "Prometheus cannot scrape the agent: the node is down, or the agent stopped or "
+                "hangs. Its GPUs and HCAs are not watched (their alerts are inhibited meanwhile). "
+                "Check `systemctl status clusterhealth` or the DaemonSet pod on the node.",
+                c.for_agent,
+                device=False,
+            ),
+            Alert(
+                "ClusterHealthAgentDown",
+                "critical",
+                f"absent(up{m()})",
+                "No clusterhealth agent is scraped by Prometheus.",
+                "No target of the clusterhealth job exists: the scrape configuration or service "
+                "discovery lost the agents, and no GPU node is watched. Check the scrape job, the "
+                "ServiceMonitor or the DaemonSet.",
+                c.for_absent,
+                device=False,
+            ),
+            Alert(
+                "CollectorFailing",
+                "warning",
+                f"clusterhealth_scrape_collector_success{m()} == 0",
+                "Collector {{ $labels.collector }} of the agent on {{ $labels.instance }} is failing.",
+                "The collector's last run failed or hangs (NVML unusable, sysfs or the kernel log "
+                "unreadable): its series are missing, so alerts on them cannot fire. Read the "
+                "agent's log and /healthz on the node.",
+                c.for_agent,
+            ),
+        ],
+    )
+    return [recording, gpu, rdma, fleet, agent]
+
+
+def alerts(config: Config) -> list[Alert]:
+    return [rule for group in groups(config) for rule in group.rules if isinstance(rule, Alert)]
+
+
+def rule_file(config: Config) -> dict[str, Any]:
+    """The Prometheus rule file as data (a PrometheusRule's `spec` has the same shape)."""
+    out = []
+    for group in groups(config):
+        rules: list[dict[str, Any]] = []
+        for rule in group.rules:
+            if isinstance(rule, Record):
+                rules.append({"record": rule.record, "expr": rule.expr})
+                continue
+            entry: dict[str, Any] = {"alert": rule.name, "expr": rule.expr}
+            if rule.for_ not in ("0m", "0s"):
+                entry["for"] = rule.for_
+            entry["labels"] = {"severity": rule.severity}
+            entry["annotations"] = {
+                "summary": rule.summary,
+                "description": rule.description,
+                "runbook_url": config.runbook_url.format(alert=rule.name),
+            }
+            rules.append(entry)
+        out.append({"name": group.name, "rules": rules})
+    return {"groups": out}
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(data: Any, header: str = "") -> str:
+    text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100_000, allow_unicode=True)
+    return header + text
+
+
+HEADER = "# Generated by deploy/prometheus/mixin.py (`make generate`); edit the generator, not this file.\n"
+
+
+def render(config: Config) -> str:
+    return dump(rule_file(config), HEADER)
+
+
+def load_config(path: Path | None, profile: dict[str, Any] | None = None) -> Config:
+    values: dict[str, Any] = dict(profile or {})
+    if path is not None:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"{path}: expected a mapping of Config fields")
+        values.update(loaded)
+    known = {f.name: f for f in dataclasses.fields(Config)}
+    for key, value in values.items():
+        if key not in known:
+            raise SystemExit(f"{path}: {key}: unknown; known: {', '.join(sorted(known))}")
+        default = known[key].default
+        if isinstance(default, tuple):
+            values[key] = tuple(value)
+    return Config(**values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, help="YAML mapping of Config fields to override")
+    parser.add_argument("--output", type=Path, default=RULES_FILE, help=f"default {RULES_FILE}")
+    parser.add_argument("--test-profile", action="store_true", help="short durations, for tests")
+    args = parser.parse_args(argv)
+    config = load_config(args.config, TEST_PROFILE if args.test_profile else None)
+    args.output.write_text(render(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""deploy/prometheus/mixin.py, imported from its path (deploy/ is not a package), and helpers."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXIN_PATH = ROOT / "deploy" / "prometheus" / "mixin.py"
+
+
+def load() -> ModuleType:
+    name = "clusterhealth_prometheus_mixin"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, MIXIN_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mixin = load()
+
+
+def _go_float(value: float) -> str:
+    """`{{ $value }}` as Go's text/template prints a float64 (%v: shortest, exponent from 1e21)."""
+    if value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    return repr(value)
+
+
+def _humanize(value: float, base: int, prefixes: tuple[str, ...]) -> str:
+    """Prometheus's `humanize` (base 1000) and `humanize1024` (base 1024) for values >= 1."""
+    if value == 0 or math.isnan(value) or math.isinf(value) or abs(value) < 1:
+        return f"{value:.4g}"
+    for prefix in prefixes[:-1]:
+        if abs(value) < base:
+            return f"{value:.4g}{prefix}"
+        value /= base
+    return f"{value:.4g}{prefixes[-1]}"
+
+
+def expand(template: str, labels: dict[str, str], value: float) -> str:
+    """The alert templates the mixin uses, expanded as Prometheus expands them."""
+
+    def conditional(m: re.Match[str]) -> str:
+        return m.group(2) if labels.get(m.group(1)) else m.group(3)
+
+    when = r"\{\{ if \$labels\.(\w+) \}\}"
+    text = re.sub(when + r"(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", conditional, template, flags=re.S)
+    text = re.sub(when + r"(.*?)\{\{ end \}\}", lambda m: conditional_plain(m, labels), text)
+    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
+    text = text.replace("{{ $value | humanize }}", _humanize(value, 1000, ("", "k", "M", "G", "T", "P")))
+    text = text.replace(
+        "{{ $value | humanize1024 }}", _humanize(value, 1024, ("", "ki", "Mi", "Gi", "Ti", "Pi"))
+    )
+    text = text.replace("{{ $value }}", _go_float(value))
+    assert "{{" not in text, f"template construct the test cannot expand: {text}"
+    return text
+
+
+def conditional_plain(m: re.Match[str], labels: dict[str, str]) -> str:
+    return m.group(2) if labels.get(m.group(1)) else ""
