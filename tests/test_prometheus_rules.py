@@ -695,3 +695,18 @@ def test_the_pairwise_host_rule_joins_where_it_is_meant_to() -> None:
     joined = {a.name: a.expr for a in mixin.alerts(config)}
     assert joined["FabricBandwidthDegraded"].endswith(f"or\n(\n  {hook}\n)")
     assert joined["NodeStraggler"].endswith(f"or\n(\n  {hook}\n)")
+
+
+def test_the_xid_runbook_table_is_the_catalogs() -> None:
+    text = mixin.XID_RUNBOOK.read_text()
+    assert text == mixin.xid_runbook(text, mixin.Config().critical_xids), "run `make generate`"
+    for code in CRITICAL_XIDS:
+        assert f"\n| {code} | " in text
+
+
+def test_every_runbook_says_how_to_confirm_and_what_to_do() -> None:
+    for alert in {a.name for a in mixin.alerts(mixin.Config())}:
+        text = (ROOT / "docs" / "runbooks" / f"{alert}.md").read_text()
+        assert text.startswith(f"# {alert}\n")
+        assert "**Severity:**" in text and "## Meaning" in text and "## What to do" in text
+        assert "## Confirm" in text

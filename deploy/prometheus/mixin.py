@@ -28,6 +28,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES_FILE = ROOT / "deploy" / "prometheus" / "clusterhealth-rules.yaml"
+XID_RUNBOOK = ROOT / "docs" / "runbooks" / "GPUXidCritical.md"
+XID_TABLE_BEGIN = "<!-- BEGIN GENERATED XID TABLE -->\n"
+XID_TABLE_END = "<!-- END GENERATED XID TABLE -->\n"
 
 # Xid codes NVIDIA's catalog gives an immediate action for (reset, reboot, NVLink or ECC
 # workflow), and the memory-health codes 63, 92, 94: checks/xid_catalog.py's CRITICAL_XIDS. A
@@ -675,6 +678,20 @@ def render(config: Config) -> str:
     return dump(rule_file(config), HEADER)
 
 
+def xid_runbook(text: str, critical_xids: Sequence[int]) -> str:
+    """The GPUXidCritical runbook with its table of codes refreshed from the Xid catalog."""
+    from clusterhealth.checks.xid_catalog import describe
+
+    rows = ["| Xid | name | meaning | action |", "| --- | --- | --- | --- |"]
+    for code in sorted(critical_xids):
+        info = describe(code)
+        cells = (str(code), f"`{info.name}`", info.meaning, info.action)
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    head, _, rest = text.partition(XID_TABLE_BEGIN)
+    _, _, tail = rest.partition(XID_TABLE_END)
+    return head + XID_TABLE_BEGIN + "\n".join(rows) + "\n" + XID_TABLE_END + tail
+
+
 def load_config(path: Path | None, profile: dict[str, Any] | None = None) -> Config:
     values: dict[str, Any] = dict(profile or {})
     if path is not None:
@@ -700,6 +717,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load_config(args.config, TEST_PROFILE if args.test_profile else None)
     args.output.write_text(render(config))
+    if args.output == RULES_FILE:
+        XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config.critical_xids))
     return 0
 
 
