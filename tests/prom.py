@@ -1,0 +1,268 @@
+"""Real Prometheus, Alertmanager and a webhook receiver for tests, on ports the kernel picks.
+
+    with Prometheus(scrape_configs=[...], rule_files=[...], tmp=tmp_path) as prom:
+        prom.wait_for(lambda: prom.query("up") != [], what="a first scrape")
+
+The servers are the Debian packages' binaries (`prometheus`, `prometheus-alertmanager`), run as
+subprocesses with a temporary config and data directory and stopped on exit. A missing binary
+fails the test: `make test` installs the packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+
+def binary(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: `make test` installs the Debian {package} package")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, log: Callable[[], str] = str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if predicate():
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{log()}")
+
+
+def get_json(url: str, timeout: float = 10) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+class _Server:
+    """A server binary with a config file and a data directory under `tmp`."""
+
+    name = ""
+    package = ""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.tmp / f"{self.name}.log"
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self._ready, 30, f"{self.name} to be ready on {self.url}", self.log)
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+            return bool(response.status == 200)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> _Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Prometheus(_Server):
+    name = "prometheus"
+    package = "prometheus"
+
+    def __init__(
+        self,
+        tmp: Path,
+        scrape_configs: list[dict[str, Any]],
+        rule_files: list[Path] = (),  # type: ignore[assignment]
+        alertmanagers: list[str] = (),  # type: ignore[assignment]
+        interval: str = "1s",
+    ):
+        super().__init__(tmp)
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": scrape_configs,
+        }
+        if alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
+        self.config_path = self.tmp / "prometheus.yml"
+        self.config_path.write_text(yaml.safe_dump(config))
+
+    def argv(self) -> list[str]:
+        return [
+            binary("prometheus", self.package),
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+        ]
+
+    def __enter__(self) -> Prometheus:
+        self.start()
+        return self
+
+    def api(self, path: str, **params: str) -> Any:
+        body = get_json(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        if body.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result (a vector's samples, or [] for an empty vector); errors raise."""
+        data = self.api("query", query=expr)
+        result = data["result"]
+        if data["resultType"] in ("scalar", "string"):
+            return [{"metric": {}, "value": result}]
+        return list(result)
+
+    def query_range(self, expr: str, seconds: float, step: str = "1s") -> list[dict[str, Any]]:
+        end = time.time()
+        data = self.api("query_range", query=expr, start=str(end - seconds), end=str(end), step=step)
+        return list(data["result"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(self.api("alerts")["alerts"])
+
+    def targets_up(self) -> int:
+        return sum(1 for t in self.api("targets")["activeTargets"] if t["health"] == "up")
+
+
+class Alertmanager(_Server):
+    name = "alertmanager"
+    package = "prometheus-alertmanager"
+
+    def __init__(self, tmp: Path, config: dict[str, Any]):
+        super().__init__(tmp)
+        self.config_path = self.tmp / "alertmanager.yml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def argv(self) -> list[str]:
+        return [
+            binary("prometheus-alertmanager", self.package),
+            f"--config.file={self.config_path}",
+            f"--storage.path={self.tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",  # no gossip: a single instance, no port to collide on
+            "--log.level=warn",
+        ]
+
+    def __enter__(self) -> Alertmanager:
+        self.start()
+        return self
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alerts(self, **filters: str) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode(filters)
+        return list(get_json(f"{self.url}/api/v2/alerts?{query}"))
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+
+
+class Webhook:
+    """An HTTP server that records what Alertmanager delivers: (path, payload) per request."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with hook._lock:
+                    hook.received.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def alerts(self, path: str | None = None) -> list[dict[str, Any]]:
+        """Every alert delivered (to `path`), with the receiver that got it as `receiver`."""
+        with self._lock:
+            received = list(self.received)
+        out = []
+        for got_path, payload in received:
+            if path is None or got_path == path:
+                out += [{**alert, "receiver": payload["receiver"]} for alert in payload["alerts"]]
+        return out
+
+    def __enter__(self) -> Webhook:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def running(*servers: _Server) -> Iterator[None]:
+    started: list[_Server] = []
+    try:
+        for server in servers:
+            server.start()
+            started.append(server)
+        yield
+    finally:
+        for server in reversed(started):
+            server.stop()
