@@ -6,9 +6,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the test suite runs for real: promtool (prometheus), node_exporter for the
-# RDMA cross-check, iperf3 for the probe tests, amtool for the Alertmanager example.
+# RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
+# example and the end-to-end test, systemd-analyze for the unit.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
-             iperf3:iperf3 amtool:prometheus-alertmanager
+             iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate
 

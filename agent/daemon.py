@@ -19,6 +19,7 @@ from clusterhealth.agent.collectors import Collectors, collect_once
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
 from clusterhealth.agent.node import Node
+from clusterhealth.agent.notify import Notifier
 from clusterhealth.exporters.sim import nvml as nvml_sim
 
 log = logging.getLogger("clusterhealth.agent")
@@ -48,6 +49,7 @@ class Agent:
         }
 
     def run(self) -> int:
+        notifier = Notifier.from_environ()  # first: probe processes must not inherit NOTIFY_SOCKET
         # Hand the GIL to scrape threads sooner than the default 5 ms while a collection runs.
         sys.setswitchinterval(0.0005)
         # Everything allocated so far lives as long as the agent: keep the cycle collector off it,
@@ -62,12 +64,16 @@ class Agent:
         self.server.start()
         host, port = self.server.address[:2]
         log.info("serving /metrics and /healthz on %s:%d", host, port)
+        notifier.notify("READY=1")
         while not self._stop.is_set():
-            self._reload.wait(5)  # the signal handlers set it; the timeout is only a safety net
+            # The signal handlers set it; the timeout is a safety net and the watchdog's beat.
+            self._reload.wait(notifier.wait_seconds(5))
+            notifier.watchdog()
             if self._reload.is_set():
                 self._reload.clear()
                 self.reload()
         log.info("shutting down")
+        notifier.notify("STOPPING=1")
         self.server.stop()
         self.collectors.stop()
         self.node.close()
