@@ -36,6 +36,7 @@ typecheck: venv
 # regenerate them and fail on any difference.
 generate: venv
 	$(BIN)/python deploy/prometheus/mixin.py
+	$(BIN)/python -m clusterhealth.dashboards.build
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py

@@ -1,0 +1,196 @@
+"""A small simulated fleet: three agents, a real Prometheus with the generated rules (test
+profile), a real Alertmanager running the example config, and a webhook receiving from it.
+
+- `healthy`: the healthy H100 scenario on the healthy sysfs tree, with a node-local nccl-tests
+  probe and a peer (iperf3) probe that meet their expectation;
+- `gpu`: the faulty H100 scenario (GPU 6 lost from the start) and its kernel log, on the healthy
+  sysfs tree: the GPU faults;
+- `fabric`: the healthy H100 scenario on the faulty sysfs tree, with a probe held to more than it
+  measures: the RDMA, network, firmware and fabric faults.
+
+The probe commands print saved real outputs (tests/fixtures): no GPU runs them here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusterhealth.agent.demo import kmsg_record
+from clusterhealth.exporters import sim_sysfs
+
+from .conftest import FIXTURES, SCENARIOS, AgentProcess
+from .mixin import ROOT, mixin
+from .prom import Alertmanager, Prometheus, Webhook, wait_for
+
+NCCL_OUTPUT = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
+IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
+FAST_COLLECTORS = {
+    "gpu": {"interval_seconds": 1},
+    "rdma": {"interval_seconds": 1},
+    "kernel_log": {"interval_seconds": 1},
+    "audit": {"interval_seconds": 1},
+}
+
+
+@dataclass
+class Fleet:
+    agents: dict[str, AgentProcess]
+    prometheus: Prometheus
+    alertmanager: Alertmanager
+    webhook: Webhook
+    sysfs: dict[str, Path]
+    rules: Path
+    instances: dict[str, str] = field(default_factory=dict)
+
+    def instance(self, node: str) -> str:
+        return self.instances[node]
+
+    def exposition(self, node: str) -> str:
+        return self.agents[node].metrics()
+
+
+def _probe(name: str, kind: str, output: Path, expect: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "argv": ["cat", str(output)],
+        "interval_seconds": 2,
+        "jitter_seconds": 0,
+        "expect": expect,
+        **extra,
+    }
+
+
+def _config(tmp: Path, node: str, probes: list[dict[str, Any]]) -> Path:
+    path = tmp / f"{node}.yaml"
+    data: dict[str, Any] = {
+        "collectors": FAST_COLLECTORS,
+        "probing": {"state_dir": str(tmp / f"{node}-state")},
+    }
+    if probes:
+        data["probes"] = probes
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _kmsg(path: Path, scenario: dict[str, Any]) -> None:
+    with path.open("wb") as out:
+        for sequence, line in enumerate(scenario.get("kernel_log", []), start=1):
+            out.write(kmsg_record(sequence, line["message"]))
+
+
+@contextlib.contextmanager
+def running_fleet(tmp: Path) -> Iterator[Fleet]:
+    healthy_sys, faulty_sys = tmp / "healthy-sys", tmp / "faulty-sys"
+    sim_sysfs.build(healthy_sys, faulty=False)
+    sim_sysfs.build(faulty_sys)
+
+    faulty = yaml.safe_load((SCENARIOS / "h100-faulty.yaml").read_text())
+    for fault in faulty["faults"]:
+        fault.pop("from_seconds", None)  # GPU 6 is lost from the start: no 45 s wait
+    gpu_scenario = tmp / "gpu-faults.yaml"
+    gpu_scenario.write_text(yaml.safe_dump(faulty))
+    healthy_scenario = SCENARIOS / "h100-healthy.yaml"
+
+    nodes = {
+        "healthy": (
+            healthy_scenario,
+            healthy_sys,
+            [
+                _probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "300 GB/s"),
+                _probe("storage", "iperf3", IPERF_OUTPUT, "10 Gb/s", peers=["storage-1"]),
+            ],
+            None,
+        ),
+        "gpu": (gpu_scenario, healthy_sys, [], faulty),
+        "fabric": (
+            healthy_scenario,
+            faulty_sys,
+            [_probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "500 GB/s")],
+            None,
+        ),
+    }
+    rules = tmp / "rules.yaml"
+    rules.write_text(mixin.render(mixin.load_config(None, mixin.TEST_PROFILE)))
+
+    agents: dict[str, AgentProcess] = {}
+    servers: list[Any] = []
+    try:
+        for node, (scenario, sysfs, probes, kernel_log) in nodes.items():
+            kmsg = tmp / f"{node}.kmsg"
+            kmsg.touch()
+            if kernel_log:
+                _kmsg(kmsg, kernel_log)
+            agents[node] = AgentProcess(
+                [
+                    "--config",
+                    str(_config(tmp, node, probes)),
+                    "--simulate",
+                    str(scenario),
+                    "--sysfs-root",
+                    str(sysfs),
+                    "--kmsg-path",
+                    str(kmsg),
+                ]
+            )
+        instances = {node: agent.url.removeprefix("http://") for node, agent in agents.items()}
+
+        webhook = Webhook().__enter__()
+        servers.append(webhook)
+        am_config = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+        for receiver in am_config["receivers"]:
+            for hook in receiver.get("webhook_configs", []):
+                hook["url"] = webhook.url("/" + receiver["name"])
+        am_config["route"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+        alertmanager = Alertmanager(tmp / "alertmanager", am_config)
+        alertmanager.start()
+        servers.append(alertmanager)
+
+        prometheus = Prometheus(
+            tmp / "prometheus",
+            scrape_configs=[
+                {
+                    "job_name": "clusterhealth",
+                    "scrape_interval": "1s",
+                    "static_configs": [{"targets": list(instances.values())}],
+                }
+            ],
+            rule_files=[rules],
+            alertmanagers=[alertmanager.address],
+        )
+        prometheus.start()
+        servers.append(prometheus)
+        wait_for(lambda: prometheus.targets_up() == 3, 30, "three agents scraped", prometheus.log)
+        yield Fleet(
+            agents,
+            prometheus,
+            alertmanager,
+            webhook,
+            {"healthy": healthy_sys, "gpu": healthy_sys, "fabric": faulty_sys},
+            rules,
+            instances,
+        )
+    finally:
+        for server in reversed(servers):
+            if isinstance(server, Webhook):
+                server.__exit__()
+            else:
+                server.stop()
+        for agent in agents.values():
+            agent.stop()
+
+
+def wait_until_series(fleet: Fleet, expr: str, timeout: float = 30) -> None:
+    wait_for(lambda: fleet.prometheus.query(expr) != [], timeout, f"series {expr}", fleet.prometheus.log)
+
+
+def settle(seconds: float) -> None:
+    """Let a few scrape and evaluation cycles pass (1 s each in the test profile)."""
+    time.sleep(seconds)
