@@ -104,7 +104,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
             healthy_scenario,
             healthy_sys,
             [
-                _probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "300 GB/s"),
+                _probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "400 GB/s"),
                 _probe("storage", "iperf3", IPERF_OUTPUT, "10 Gb/s", peers=["storage-1"]),
             ],
             None,
@@ -113,7 +113,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         "fabric": (
             healthy_scenario,
             faulty_sys,
-            [_probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "500 GB/s")],
+            [_probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "1000 GB/s")],
             None,
         ),
     }

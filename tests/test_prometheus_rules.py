@@ -540,11 +540,15 @@ CASES = [
     ),
     Case(
         "NodeCheckUnknown",
-        "an UNKNOWN check (the kernel log unreadable) fires after 10m; OK and CRITICAL do not",
+        "an UNKNOWN check (the kernel log unreadable) fires after 10m; OK, CRITICAL and a lost GPU's "
+        "checks do not",
         {
             S("clusterhealth_check_status", {"instance": "n1", "check": "gpu_xid", "subject": "0"}): "3x20",
             S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_xid", "subject": "0"}): "0x20",
             S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_xid", "subject": "1"}): "2x20",
+            # GPU 6 is lost: its other checks cannot run, and GPUFellOffBus already alerts.
+            S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_lost", "subject": "6"}): "2x20",
+            S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_vbios", "subject": "6"}): "3x20",
         },
         [("5m", []), ("15m", [F({"instance": "n1", "check": "gpu_xid", "subject": "0"}, "warning", 3)])],
     ),

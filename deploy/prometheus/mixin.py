@@ -127,7 +127,8 @@ TEST_PROFILE = {
     "for_sustained": "2s",
     "for_agent": "2s",
     "for_drift": "2s",
-    "for_absent": "5s",
+    # Prometheus applies its first scrape targets up to 5 s after it starts: `up` is absent until then.
+    "for_absent": "30s",
     "xid_window": "1m",
     "flap_window": "1m",
     "error_window": "1m",
@@ -178,7 +179,8 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line if line else line for line in text.splitlines())
 
 
-GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+# A GPU lost before it ever answered has no uuid (the label is empty).
+GPU = "GPU {{ $labels.gpu }}{{ if $labels.uuid }} ({{ $labels.uuid }}){{ end }} on {{ $labels.instance }}"
 PORT = "RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }}"
 
 
@@ -577,7 +579,10 @@ unless on (instance, job, probe)
             Alert(
                 "NodeCheckUnknown",
                 "warning",
-                f"clusterhealth_check_status{m()} == 3",
+                # A lost GPU's other checks are UNKNOWN too; GPUFellOffBus already says so.
+                f"""clusterhealth_check_status{m()} == 3
+unless on (instance, job, subject)
+clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
                 "Check {{ $labels.check }} of {{ $labels.subject }} on {{ $labels.instance }} is UNKNOWN.",
                 "The agent could not read what the check needs (NVML unusable, the kernel log "
                 "unreadable), so this part of the node is not watched. Run `clusterhealth check` "

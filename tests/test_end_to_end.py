@@ -1,0 +1,131 @@
+"""End to end: a real Prometheus loads the generated rules (test profile) and scrapes three agents
+on simulated nodes; a real Alertmanager running the example config delivers to a webhook. The
+faulty nodes' alerts arrive with their labels at the receiver their severity routes to; the
+healthy node raises none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .fleet import Fleet, settle, wait_until_series
+from .prom import wait_for
+
+RECEIVER = {"critical": "pager", "warning": "ticket"}
+
+# (node, alertname, labels that single the alert out, severity)
+EXPECTED = [
+    ("gpu", "GPUFellOffBus", {"gpu": "6"}, "critical"),
+    ("gpu", "GPUUncorrectableECC", {"gpu": "5", "error": "uncorrected"}, "critical"),
+    ("gpu", "GPURowRemapPending", {"gpu": "5"}, "warning"),
+    ("gpu", "GPURowRemapFailed", {"gpu": "7"}, "critical"),
+    ("gpu", "GPUXidCritical", {"gpu": "2", "xid": "74"}, "critical"),
+    ("gpu", "GPUXidCritical", {"gpu": "7", "xid": "64"}, "critical"),
+    ("gpu", "GPUThermalOrPowerSlowdown", {"gpu": "3", "reason": "hw_thermal_slowdown"}, "warning"),
+    ("gpu", "GPUPCIeLinkDegraded", {"gpu": "1"}, "warning"),
+    ("gpu", "NVLinkDown", {"gpu": "2", "link": "5"}, "critical"),
+    ("gpu", "NodeStraggler", {"gpu": "3"}, "warning"),
+    ("fabric", "RDMAPortDown", {"device": "mlx5_3", "port": "1"}, "critical"),
+    ("fabric", "RDMAPortErrorsUnknown", {"device": "mlx5_5", "counter": "symbol_error"}, "warning"),
+    ("fabric", "RDMAPCIeLinkDegraded", {"device": "mlx5_4"}, "warning"),
+    ("fabric", "MTUMismatch", {"interface": "enp170s0f1np1", "mtu": "1500"}, "warning"),
+    (
+        "fabric",
+        "FirmwareDrift",
+        {"component": "hca", "subject": "mlx5_7", "version": "28.36.1010"},
+        "warning",
+    ),
+    ("fabric", "NodeCheckFailing", {"check": "hca_firmware", "subject": "mlx5_7"}, "warning"),
+    ("fabric", "FabricBandwidthDegraded", {"probe": "nccl-local"}, "warning"),
+    ("fabric", "RDMALinkFlapping", {"device": "mlx5_5", "counter": "link_downed"}, "warning"),
+    ("fabric", "RDMAPortErrors", {"device": "mlx5_0", "counter": "symbol_error"}, "critical"),
+    ("fabric", "RDMAPortErrors", {"device": "mlx5_1", "counter": "port_rcv_errors"}, "warning"),
+]
+
+
+def bump(sysfs: Path, device: str, counter: str, value: int) -> None:
+    """The hardware counts: a new value in the simulated sysfs counter file."""
+    (sysfs / "class" / "infiniband" / device / "ports" / "1" / "counters" / counter).write_text(f"{value}\n")
+
+
+def matches(alert: dict[str, Any], fleet: Fleet, node: str, name: str, labels: dict[str, str]) -> bool:
+    got = alert["labels"]
+    return (
+        got["alertname"] == name
+        and got.get("instance") == fleet.instance(node)
+        and all(got.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_the_faulty_nodes_page_and_ticket_and_the_healthy_node_stays_quiet(fleet: Fleet) -> None:
+    fabric = fleet.instance("fabric")
+    # Flaps and errors happen after Prometheus has seen the counters' earlier values.
+    wait_until_series(
+        fleet, f'clusterhealth_rdma_port_errors_total{{instance="{fabric}",counter="link_downed"}}'
+    )
+    settle(2)
+    bump(fleet.sysfs["fabric"], "mlx5_5", "link_downed", 4)
+    bump(fleet.sysfs["fabric"], "mlx5_0", "symbol_error", 5000)
+    bump(fleet.sysfs["fabric"], "mlx5_1", "port_rcv_errors", 50)
+
+    def missing() -> list[tuple[str, str, dict[str, str], str]]:
+        delivered = fleet.webhook.alerts()
+        return [
+            e
+            for e in EXPECTED
+            if not any(
+                matches(a, fleet, e[0], e[1], e[2])
+                and a["labels"]["severity"] == e[3]
+                and a["status"] == "firing"
+                for a in delivered
+            )
+        ]
+
+    wait_for(
+        lambda: not missing(),
+        90,
+        "every expected alert at the webhook",
+        lambda: (
+            f"missing: {missing()}\nfiring in Prometheus: "
+            + str(
+                sorted(
+                    {
+                        (a["labels"]["alertname"], a["labels"].get("instance"))
+                        for a in fleet.prometheus.alerts()
+                    }
+                )
+            )
+        ),
+    )
+
+    delivered = fleet.webhook.alerts()
+    names_per_node = {node: {e[1] for e in EXPECTED if e[0] == node} for node in ("gpu", "fabric")}
+    for alert in delivered:
+        labels = alert["labels"]
+        # Each alert reached the receiver its severity routes to, with the agent's job label.
+        assert alert["receiver"] == RECEIVER[labels["severity"]], alert
+        assert labels["job"] == "clusterhealth"
+        node = next((n for n, i in fleet.instances.items() if i == labels.get("instance")), str(labels))
+        assert node != "healthy", f"the healthy node alerted: {labels}"
+        assert labels["alertname"] in names_per_node.get(node, set()), f"unexpected on {node}: {labels}"
+        # The summary names the node, and the device where the alert has one.
+        summary = alert["annotations"]["summary"]
+        assert labels["instance"] in summary, summary
+        for key in ("gpu", "device", "interface"):
+            if key in labels:
+                assert labels[key] in summary, summary
+        assert alert["annotations"]["runbook_url"].endswith(f"/docs/runbooks/{labels['alertname']}.md")
+
+    # GPU 6 was lost before it ever answered its UUID; GPU 5 names its own.
+    gpu_lost = next(a for a in delivered if matches(a, fleet, "gpu", "GPUFellOffBus", {"gpu": "6"}))
+    assert "uuid" not in gpu_lost["labels"]
+    assert gpu_lost["annotations"]["summary"].startswith(f"GPU 6 on {fleet.instance('gpu')} fell off the bus")
+    ecc = next(a for a in delivered if matches(a, fleet, "gpu", "GPUUncorrectableECC", {"gpu": "5"}))
+    assert ecc["labels"]["uuid"].startswith("GPU-")
+    assert ecc["annotations"]["summary"].startswith(
+        f"GPU 5 ({ecc['labels']['uuid']}) on {fleet.instance('gpu')}"
+    )
+
+    healthy = fleet.instance("healthy")
+    assert not [a for a in fleet.prometheus.alerts() if a["labels"].get("instance") == healthy]
+    assert fleet.prometheus.query(f'ALERTS{{instance="{healthy}"}}') == []
