@@ -714,3 +714,10 @@ def test_every_runbook_says_how_to_confirm_and_what_to_do() -> None:
         assert text.startswith(f"# {alert}\n")
         assert "**Severity:**" in text and "## Meaning" in text and "## What to do" in text
         assert "## Confirm" in text
+
+
+def test_the_deploy_doc_lists_every_alert_and_parameter() -> None:
+    text = mixin.DOC_FILE.read_text()
+    assert text == mixin.with_reference(text, mixin.Config()), "run `make generate`"
+    for alert in mixin.alerts(mixin.Config()):
+        assert f"| [{alert.name}](runbooks/{alert.name}.md) | {alert.severity} |" in text

@@ -701,6 +701,37 @@ def xid_runbook(text: str, critical_xids: Sequence[int]) -> str:
     return head + XID_TABLE_BEGIN + "\n".join(rows) + "\n" + XID_TABLE_END + tail
 
 
+DOC_FILE = ROOT / "docs" / "deploy.md"
+DOC_BEGIN = "<!-- BEGIN GENERATED RULES REFERENCE -->\n"
+DOC_END = "<!-- END GENERATED RULES REFERENCE -->\n"
+
+
+def reference_markdown(config: Config) -> str:
+    """The alert table and the parameter table of docs/deploy.md."""
+
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|")
+
+    lines = ["| alert | severity | for | expression |", "| --- | --- | --- | --- |"]
+    for alert in alerts(config):
+        lines.append(
+            f"| [{alert.name}](runbooks/{alert.name}.md) | {alert.severity} | {alert.for_} | "
+            f"`{cell(alert.expr)}` |"
+        )
+    lines += ["", "| parameter | default | meaning |", "| --- | --- | --- |"]
+    for f in dataclasses.fields(Config):
+        default = getattr(config, f.name)
+        shown = ", ".join(str(v) for v in default) if isinstance(default, tuple) else str(default)
+        lines.append(f"| `{f.name}` | `{cell(shown) or '(empty)'}` | {cell(f.metadata['doc'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_reference(text: str, config: Config) -> str:
+    head, _, rest = text.partition(DOC_BEGIN)
+    _, _, tail = rest.partition(DOC_END)
+    return head + DOC_BEGIN + reference_markdown(config) + DOC_END + tail
+
+
 def load_config(path: Path | None, profile: dict[str, Any] | None = None) -> Config:
     values: dict[str, Any] = dict(profile or {})
     if path is not None:
@@ -728,6 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.output.write_text(render(config))
     if args.output == RULES_FILE:
         CHART_RULES_FILE.write_text(render(config))
+        DOC_FILE.write_text(with_reference(DOC_FILE.read_text(), config))
         XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config.critical_xids))
     return 0
 
