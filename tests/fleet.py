@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from clusterhealth.agent.demo import kmsg_record
-from clusterhealth.exporters import sim_sysfs
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
 from .conftest import FIXTURES, SCENARIOS, AgentProcess
 from .mixin import ROOT, mixin
