@@ -170,12 +170,3 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     yield start
     for agent in started:
         agent.stop()
-
-
-@pytest.fixture(scope="session")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Three simulated nodes, a real Prometheus with the rules and a real Alertmanager (tests/fleet.py)."""
-    from .fleet import running_fleet
-
-    with running_fleet(tmp_path_factory.mktemp("fleet")) as running:
-        yield running

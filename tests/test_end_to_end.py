@@ -1,15 +1,30 @@
 """End to end: a real Prometheus loads the generated rules (test profile) and scrapes three agents
 on simulated nodes; a real Alertmanager running the example config delivers to a webhook. The
 faulty nodes' alerts arrive with their labels at the receiver their severity routes to; the
-healthy node raises none."""
+healthy node raises none. The same fleet checks the dashboards: every name they use is in an
+agent's exposition or is a recording rule, and every panel query returns data."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .fleet import Fleet, settle, wait_until_series
+import pytest
+
+from clusterhealth.dashboards import build
+
+from .fleet import Fleet, running_fleet, settle, wait_until_series
 from .prom import wait_for
+from .test_dashboards import concrete, exported_names, load, queries, recorded_names, used_names
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Three simulated nodes, a real Prometheus with the rules and a real Alertmanager (tests/fleet.py)."""
+    with running_fleet(tmp_path_factory.mktemp("fleet")) as running:
+        yield running
+
 
 RECEIVER = {"critical": "pager", "warning": "ticket"}
 
@@ -129,3 +144,44 @@ def test_the_faulty_nodes_page_and_ticket_and_the_healthy_node_stays_quiet(fleet
     healthy = fleet.instance("healthy")
     assert not [a for a in fleet.prometheus.alerts() if a["labels"].get("instance") == healthy]
     assert fleet.prometheus.query(f'ALERTS{{instance="{healthy}"}}') == []
+
+
+def test_every_name_is_emitted_by_the_agent_or_recorded(fleet: Fleet) -> None:
+    exported: set[str] = set()
+    for node in fleet.agents:
+        fleet.agents[node].wait_for(
+            lambda n=node: "clusterhealth_check_status" in fleet.exposition(n), 30, "the first audit"
+        )
+    # the probes' series appear after their first run
+    fleet.agents["healthy"].wait_for(
+        lambda: "clusterhealth_probe_wrong_values" in fleet.exposition("healthy"), 30, "a probe run"
+    )
+    for node in fleet.agents:
+        exported |= exported_names(fleet.exposition(node))
+    known = exported | recorded_names()
+    for where, names in used_names().items():
+        assert names, where
+        assert names <= known, f"{where} uses names nobody emits: {sorted(names - known)}"
+
+
+def test_every_panel_query_runs_and_returns_data_on_a_real_prometheus(fleet: Fleet) -> None:
+    nodes = {
+        "clusterhealth-fleet.json": ".*",
+        "clusterhealth-fabric.json": ".*",
+        # the node with GPU faults; its sysfs is the healthy tree with every RDMA series
+        "clusterhealth-node.json": fleet.instance("gpu").replace(".", "\\\\."),
+    }
+    pending = [
+        (name, title, concrete(expr, nodes[name]))
+        for name in build.DASHBOARDS
+        for title, expr in queries(load(name))
+    ]
+    assert len(pending) > 50
+
+    def answered() -> bool:
+        for item in list(pending):
+            if fleet.prometheus.query(item[2]):  # an error raises: a query must never fail
+                pending.remove(item)
+        return not pending
+
+    wait_for(answered, 90, "every panel query to return data", lambda: "\n".join(map(str, pending)))
