@@ -20,7 +20,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
@@ -70,7 +71,6 @@ _RATE_RE = re.compile(r"(?P<gb>\d+(?:\.\d+)?) Gb/sec(?: \((?P<lanes>\d+)X(?: (?P
 _STATE_RE = re.compile(r"(?P<id>\d+): ?(?P<name>.*)")
 _PCIE_SPEED_RE = re.compile(r"(?P<gts>\d+(?:\.\d+)?) GT/s(?: PCIe)?")
 _PCIE_WIDTH_RE = re.compile(r"x?(?P<lanes>\d+)")
-_COUNTER_RE = re.compile(r"\d+")
 
 # sysfs attributes are at most a page; anything much longer is not a sysfs value.
 _MAX_ATTRIBUTE_BYTES = 64 * 1024
@@ -245,61 +245,95 @@ def read_rdma_devices(sysfs_root: Path) -> list[RdmaDevice]:
     Raises FileNotFoundError when that directory is absent (no RDMA stack on this node) and lets
     an error listing it propagate; below it, what cannot be read is left out, never raised.
     """
-    class_dir = sysfs_root / "class" / "infiniband"
-    if not class_dir.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "no RDMA devices (class/infiniband is absent)", str(class_dir))
-    interfaces = _read_interfaces(sysfs_root / "class" / "net")
+    root = os.fspath(sysfs_root)
+    class_dir = f"{root}/class/infiniband"
+    if not os.path.isdir(class_dir):
+        raise FileNotFoundError(errno.ENOENT, "no RDMA devices (class/infiniband is absent)", class_dir)
+    interfaces = _read_interfaces(f"{root}/class/net")
     devices = []
-    for entry in sorted(class_dir.iterdir(), key=_natural):
+    for name in sorted(os.listdir(class_dir), key=_natural):
+        device_dir = f"{class_dir}/{name}"
         # A regular file here (a tree copied without its symlinks) is not a device.
-        if entry.is_dir():
-            devices.append(_read_device(entry, interfaces))
+        if os.path.isdir(device_dir):
+            devices.append(_read_device(device_dir, name, interfaces))
     return devices
 
 
-def _natural(path: Path) -> list[int | str]:
-    """mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+def _natural(name: str) -> list[int | str]:
+    """mlx5_2 before mlx5_10 (odd items are the runs of ASCII digits)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(_DIGIT_RUNS.split(name))]
+
+
+_DIGIT_RUNS = re.compile("([0-9]+)")
 
 
 @dataclass(frozen=True)
 class _Interface:
     name: str
-    pci_path: str | None
+    pci_function: tuple[int, int] | None  # (st_dev, st_ino) of the directory `device` leads to
     dev_port: int | None
     is_child: bool  # an IPoIB P_Key child or other stacked interface (iflink != ifindex)
     mtu_bytes: int | None
 
 
 class _Reader:
-    """Reads the attributes of one device, remembering what was present but unusable."""
+    """Reads the attributes of one device, remembering what was present but unusable.
 
-    def __init__(self, device_dir: Path) -> None:
+    About 700 small files are read per collection on a 10-HCA node, so the cost of each one is
+    what matters: paths are plain strings, and a file is read with one open, one read and one
+    close (no buffered file object, no Path objects).
+    """
+
+    def __init__(self, device_dir: str, name: str, dir_fd: int | None) -> None:
         self.device_dir = device_dir
+        self.name = name
+        # Files are opened relative to the device's directory: the kernel then walks a few path
+        # parts instead of the whole path and its class/infiniband symlink, for each file.
+        self.dir_fd = dir_fd
         self.skipped: list[SkippedFile] = []
 
     def _skip(self, relative: str, reason: str) -> None:
-        self.skipped.append(SkippedFile(f"{self.device_dir.name}/{relative}", reason))
+        self.skipped.append(SkippedFile(f"{self.name}/{relative}", reason))
 
-    def text(self, relative: str) -> str | None:
-        text = _read_text(self.device_dir / relative)
-        if isinstance(text, _Failure):
-            if text.reason != "ENOENT":  # an absent file is normal: drivers differ
-                self._skip(relative, text.reason)
+    def raw(self, relative: str, name: str | None = None, dir_fd: int | None = None) -> bytes | None:
+        """The file's bytes without surrounding whitespace; None (and why) when there are none.
+
+        `relative` names the file in reports; `name` and `dir_fd`, when given, open it.
+        """
+        raw = self._read(relative) if dir_fd is None else _read_raw(name or relative, dir_fd)
+        if isinstance(raw, _Failure):
+            if raw.reason != "ENOENT":  # an absent file is normal: drivers differ
+                self._skip(relative, raw.reason)
             return None
-        if not text:
+        if not raw:
             self._skip(relative, "empty")
             return None
-        return text
+        return raw
 
-    def counter(self, relative: str) -> int | None:
-        text = self.text(relative)
-        if text is None:
+    def text(self, relative: str) -> str | None:
+        raw = self.raw(relative)
+        return None if raw is None else _decode(raw)
+
+    def _read(self, relative: str) -> bytes | _Failure:
+        if self.dir_fd is None:
+            return _read_raw(f"{self.device_dir}/{relative}")
+        return _read_raw(relative, self.dir_fd)
+
+    def counter(self, relative: str, name: str | None = None, dir_fd: int | None = None) -> int | None:
+        raw = self.raw(relative, name, dir_fd)
+        if raw is None:
             return None
-        if _COUNTER_RE.fullmatch(text):
-            return int(text)
-        self._skip(relative, text[:40] if text.startswith("N/A") else f"not a counter: {text[:40]!r}")
-        return None
+        value = _counter_value(raw)
+        if value is None:
+            text = _decode(raw)
+            if text.startswith("N/A"):
+                reason = text[:40]
+            elif raw.isdigit():
+                reason = f"out of range: {len(raw)} digits"
+            else:
+                reason = f"not a counter: {text[:40]!r}"
+            self._skip(relative, reason)
+        return value
 
     def parsed(self, relative: str, parse: Callable[[str], T | None]) -> T | None:
         text = self.text(relative)
@@ -310,19 +344,34 @@ class _Reader:
             self._skip(relative, f"unexpected format: {text[:40]!r}")
         return value
 
-    def counter_files(self, relative_dir: str) -> Iterator[tuple[str, int]]:
-        """(file name, value) for every readable counter in a directory, by name."""
+    def listing(self, relative_dir: str) -> list[str] | None:
+        """The names in a directory, by name; None when it is absent (or unlistable: skipped)."""
         try:
-            names = sorted(entry.name for entry in (self.device_dir / relative_dir).iterdir())
+            return sorted(os.listdir(f"{self.device_dir}/{relative_dir}"))
         except FileNotFoundError:
-            return
+            return None
         except OSError as error:
             self._skip(relative_dir, _errno_name(error))
-            return
-        for name in names:
-            value = self.counter(f"{relative_dir}/{name}")
-            if value is not None:
-                yield name, value
+            return None
+
+    def counter_files(self, relative_dir: str, names: list[str] | None) -> dict[str, int]:
+        """{file name: value} for every readable counter of a directory listed as `names`."""
+        values: dict[str, int] = {}
+        if not names:
+            return values
+        try:
+            dir_fd = _open(f"{self.device_dir}/{relative_dir}", _DIR_FLAGS)
+        except OSError as error:  # it was listed a moment ago: gone, or replaced
+            self._skip(relative_dir, _errno_name(error))
+            return values
+        try:
+            for name in names:
+                value = self.counter(f"{relative_dir}/{name}", name, dir_fd)
+                if value is not None:
+                    values[name] = value
+        finally:
+            os.close(dir_fd)
+        return values
 
 
 @dataclass(frozen=True)
@@ -330,62 +379,130 @@ class _Failure:
     reason: str  # the errno's name
 
 
+# The hardware counters are at most 64 bits wide (sysfs prints them as unsigned decimals); a
+# longer run of digits is damage, and int() of thousands of digits raises, so it is bounded here.
+COUNTER_MAX = (1 << 64) - 1
+_COUNTER_MAX_DIGITS = len(str(COUNTER_MAX))
+# Interface attributes (ifindex, iflink, dev_port, mtu) are 32-bit.
+_SMALL_INT_MAX = (1 << 32) - 1
+
+# O_NONBLOCK: a FIFO put in the tree must not block the read (an empty one reads as empty).
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_open = os.open  # the seam tests use to raise the errors a kernel returns
+
+
+def _counter_value(raw: bytes) -> int | None:
+    """An unsigned decimal counter of at most 64 bits; None for anything else."""
+    # bytes.isdigit() is ASCII-only: "+5", "-1", " 5", "1_0" and other scripts' digits all fail.
+    if not raw.isdigit() or len(raw) > _COUNTER_MAX_DIGITS:
+        return None
+    value = int(raw)
+    return value if value <= COUNTER_MAX else None
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
 def _errno_name(error: OSError) -> str:
     return errno.errorcode.get(error.errno or 0, type(error).__name__)
 
 
-def _read_text(path: Path) -> str | _Failure:
+def _read_raw(path: str, dir_fd: int | None = None) -> bytes | _Failure:
+    """A sysfs attribute's bytes, stripped. sysfs hands a whole attribute to the first read."""
     try:
-        with open(path, "rb") as attribute:
-            raw = attribute.read(_MAX_ATTRIBUTE_BYTES)
+        fd = _open(path, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as error:
         return _Failure(_errno_name(error))
-    return raw.decode("utf-8", errors="replace").strip()
+    try:
+        return os.read(fd, _MAX_ATTRIBUTE_BYTES).strip()
+    except OSError as error:
+        return _Failure(_errno_name(error))
+    finally:
+        os.close(fd)
 
 
-def _read_int(path: Path) -> int | None:
-    text = _read_text(path)
-    if isinstance(text, _Failure):
+def _read_text(path: str) -> str | _Failure:
+    raw = _read_raw(path)
+    return raw if isinstance(raw, _Failure) else _decode(raw)
+
+
+def _read_small_int(path: str) -> int | None:
+    raw = _read_raw(path)
+    if isinstance(raw, _Failure) or len(raw) > 12:
         return None
     try:
-        return int(text, 0)
+        value = int(raw, 0)
     except ValueError:
         return None
+    return value if 0 <= value <= _SMALL_INT_MAX else None
 
 
-def _resolved_dir(link: Path) -> str | None:
-    """The directory a sysfs `device` link points to, or None when there is none."""
-    return os.path.realpath(link) if link.is_dir() else None
+def _function_of(link: str) -> tuple[int, int] | None:
+    """The identity of the directory a sysfs `device` link leads to, or None when there is none.
+
+    Two links lead to the same PCI function when they lead to the same directory: comparing the
+    (device, inode) pair of the target costs one stat where resolving the path costs one per part.
+    """
+    try:
+        status = os.stat(link)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino) if stat.S_ISDIR(status.st_mode) else None
 
 
-def _read_interfaces(class_net: Path) -> dict[str, _Interface]:
+def _function_address(link: str) -> str:
+    """The PCI address the `device` link names: the last part of its target (0000:18:00.0)."""
+    try:
+        return os.path.basename(os.readlink(link).rstrip("/"))
+    except OSError:  # not a link: a tree copied without its symlinks
+        return os.path.basename(os.path.realpath(link))
+
+
+def _read_interfaces(class_net: str) -> dict[str, _Interface]:
     interfaces: dict[str, _Interface] = {}
-    if not class_net.is_dir():
+    try:
+        names = os.listdir(class_net)
+    except OSError:
         return interfaces
-    for entry in sorted(class_net.iterdir(), key=_natural):
-        if not entry.is_dir():  # bonding_masters, or a link flattened into a file
+    for name in sorted(names, key=_natural):
+        entry = f"{class_net}/{name}"
+        if not os.path.isdir(entry):  # bonding_masters, or a link flattened into a file
             continue
-        ifindex = _read_int(entry / "ifindex")
-        iflink = _read_int(entry / "iflink")
-        interfaces[entry.name] = _Interface(
-            name=entry.name,
-            pci_path=_resolved_dir(entry / "device"),
-            dev_port=_read_int(entry / "dev_port"),
+        ifindex = _read_small_int(f"{entry}/ifindex")
+        iflink = _read_small_int(f"{entry}/iflink")
+        interfaces[name] = _Interface(
+            name=name,
+            pci_function=_function_of(f"{entry}/device"),
+            dev_port=_read_small_int(f"{entry}/dev_port"),
             is_child=ifindex is not None and iflink is not None and ifindex != iflink,
-            mtu_bytes=_read_int(entry / "mtu"),
+            mtu_bytes=_read_small_int(f"{entry}/mtu"),
         )
     return interfaces
 
 
-def _read_device(device_dir: Path, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
-    reader = _Reader(device_dir)
+def _read_device(device_dir: str, name: str, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
+    try:
+        dir_fd: int | None = _open(device_dir, _DIR_FLAGS)
+    except OSError:
+        dir_fd = None  # read by whole paths then; each file says why it cannot be read
+    try:
+        return _read_device_at(_Reader(device_dir, name, dir_fd), interfaces)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _read_device_at(reader: _Reader, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
+    device_dir, name = reader.device_dir, reader.name
     firmware_version = reader.text("fw_ver")
     board_id = reader.text("board_id")
     hca_type = reader.text("hca_type")
     node_guid = reader.text("node_guid")
-    pci_path = _resolved_dir(device_dir / "device")
-    pci = _read_pci_link(reader, pci_path)
-    on_same_function = [i for i in interfaces.values() if pci_path is not None and i.pci_path == pci_path]
+    function = _function_of(f"{device_dir}/device")
+    pci = _read_pci_link(reader, function)
+    on_same_function = [i for i in interfaces.values() if function is not None and i.pci_function == function]
     ports = tuple(_read_port(reader, number, on_same_function) for number in _port_numbers(reader))
     names = {i.name for i in on_same_function}
     for port in ports:
@@ -394,7 +511,7 @@ def _read_device(device_dir: Path, interfaces: Mapping[str, _Interface]) -> Rdma
         Netdev(name, interfaces[name].mtu_bytes if name in interfaces else None) for name in sorted(names)
     )
     return RdmaDevice(
-        name=device_dir.name,
+        name=name,
         firmware_version=firmware_version,
         board_id=board_id,
         hca_type=hca_type,
@@ -408,17 +525,17 @@ def _read_device(device_dir: Path, interfaces: Mapping[str, _Interface]) -> Rdma
 
 def _port_numbers(reader: _Reader) -> list[int]:
     try:
-        names = [entry.name for entry in (reader.device_dir / "ports").iterdir()]
+        names = os.listdir(f"{reader.device_dir}/ports")
     except OSError:
         return []
-    return sorted(int(name) for name in names if name.isdigit())
+    return sorted(int(name) for name in names if name.isascii() and name.isdigit())
 
 
-def _read_pci_link(reader: _Reader, pci_path: str | None) -> PciLink | None:
-    if pci_path is None:
+def _read_pci_link(reader: _Reader, function: tuple[int, int] | None) -> PciLink | None:
+    if function is None:
         return None
     return PciLink(
-        address=os.path.basename(pci_path),
+        address=_function_address(f"{reader.device_dir}/device"),
         generation=reader.parsed("device/current_link_speed", parse_pcie_generation),
         generation_max=reader.parsed("device/max_link_speed", parse_pcie_generation),
         width=reader.parsed("device/current_link_width", _parse_lanes) or None,
@@ -432,12 +549,14 @@ def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface])
     physical_state = reader.parsed(f"{base}/phys_state", parse_state)
     rate = reader.parsed(f"{base}/rate", parse_rate)
 
-    raw_counters = dict(reader.counter_files(f"{base}/counters"))
-    raw_legacy = dict(reader.counter_files(f"{base}/counters_ext"))
-    counters_present = (reader.device_dir / base / "counters").is_dir()
-    legacy_present = (reader.device_dir / base / "counters_ext").is_dir()
+    counter_names = reader.listing(f"{base}/counters")
+    raw_counters = reader.counter_files(f"{base}/counters", counter_names)
+    legacy_names = reader.listing(f"{base}/counters_ext")
+    raw_legacy = reader.counter_files(f"{base}/counters_ext", legacy_names)
+    counters_present = counter_names is not None or _is_dir(f"{reader.device_dir}/{base}/counters")
+    legacy_present = legacy_names is not None or _is_dir(f"{reader.device_dir}/{base}/counters_ext")
 
-    hw_counters = dict(reader.counter_files(f"{base}/hw_counters"))
+    hw_counters = reader.counter_files(f"{base}/hw_counters", reader.listing(f"{base}/hw_counters"))
     lifespan = hw_counters.pop("lifespan", None)
 
     gid_netdevs = _gid_netdevs(reader, base)
@@ -461,16 +580,21 @@ def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface])
     )
 
 
+def _is_dir(path: str) -> bool:
+    """Only asked when listing failed: an unlistable directory (EACCES) is still present."""
+    return os.path.isdir(path)
+
+
 def _gid_netdevs(reader: _Reader, base: str) -> tuple[str, ...]:
-    ndevs_dir = reader.device_dir / base / "gid_attrs" / "ndevs"
+    ndevs_dir = f"{reader.device_dir}/{base}/gid_attrs/ndevs"
     try:
-        indexes = sorted(int(entry.name) for entry in ndevs_dir.iterdir() if entry.name.isdigit())
+        indexes = sorted(int(name) for name in os.listdir(ndevs_dir) if name.isascii() and name.isdigit())
     except OSError:
         return ()
     names: list[str] = []
     for index in indexes:
         # An unused GID entry fails with EINVAL: the normal case for most of the table, not a fault.
-        text = _read_text(ndevs_dir / str(index))
+        text = _read_text(f"{ndevs_dir}/{index}")
         if isinstance(text, str) and text and text not in names:
             names.append(text)
     return tuple(names)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import builtins
 import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -424,19 +422,21 @@ def test_a_broken_counter_is_left_out_and_the_rest_returned(
     "code", [errno.EPERM, errno.EACCES, errno.EINVAL, errno.EOPNOTSUPP, errno.EIO, errno.ENOSYS]
 )
 def test_read_errors_are_skipped(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
-    # Root reads through chmod 000, so the errors the kernel returns are raised by a stand-in open().
+    # Root reads through chmod 000, so the errors the kernel returns are raised by a stand-in
+    # for the reader's one open call.
     failing = {
         "mlx5_0/ports/1/counters/symbol_error",
         "mlx5_0/ports/1/hw_counters/out_of_buffer",
         "mlx5_0/fw_ver",
     }
 
-    def fake_open(file: Any, *args: Any, **kwargs: Any) -> Any:
-        if any(str(file).endswith(path) for path in failing):
-            raise OSError(code, os.strerror(code), str(file))
-        return builtins.open(file, *args, **kwargs)
+    def fake_open(file: str, flags: int, dir_fd: int | None = None) -> int:
+        where = file if dir_fd is None else f"{os.readlink(f'/proc/self/fd/{dir_fd}')}/{file}"
+        if any(where.endswith(path) for path in failing):
+            raise OSError(code, os.strerror(code), where)
+        return os.open(file, flags, dir_fd=dir_fd)
 
-    monkeypatch.setattr(infiniband, "open", fake_open, raising=False)
+    monkeypatch.setattr(infiniband, "_open", fake_open)
     mlx5_0 = by_name(CLUSTER)["mlx5_0"]
     port = only_port(mlx5_0)
     assert mlx5_0.firmware_version is None
