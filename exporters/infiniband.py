@@ -67,10 +67,14 @@ PCIE_GENERATION_BY_GTS: Mapping[Decimal, int] = {
 # What older kernels' show_pma_counter printed when the PMA query failed; current ones fail the read.
 NO_PMA = "N/A (no PMA)"
 
-_RATE_RE = re.compile(r"(?P<gb>\d+(?:\.\d+)?) Gb/sec(?: \((?P<lanes>\d+)X(?: (?P<speed>\w+))?\))?")
-_STATE_RE = re.compile(r"(?P<id>\d+): ?(?P<name>.*)")
-_PCIE_SPEED_RE = re.compile(r"(?P<gts>\d+(?:\.\d+)?) GT/s(?: PCIe)?")
-_PCIE_WIDTH_RE = re.compile(r"x?(?P<lanes>\d+)")
+# Digit runs are bounded in every pattern: a value is at most a few digits long, and int() of a
+# run of thousands of digits raises instead of returning.
+_RATE_RE = re.compile(
+    r"(?P<gb>[0-9]{1,7}(?:\.[0-9]{1,3})?) Gb/sec(?: \((?P<lanes>[0-9]{1,3})X(?: (?P<speed>\w+))?\))?"
+)
+_STATE_RE = re.compile(r"(?P<id>[0-9]{1,3}): ?(?P<name>.*)")
+_PCIE_SPEED_RE = re.compile(r"(?P<gts>[0-9]{1,4}(?:\.[0-9]{1,3})?) GT/s(?: PCIe)?")
+_PCIE_WIDTH_RE = re.compile(r"x?(?P<lanes>[0-9]{1,3})")
 
 # sysfs attributes are at most a page; anything much longer is not a sysfs value.
 _MAX_ATTRIBUTE_BYTES = 64 * 1024

@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from clusterhealth.exporters.base import Collector, NoData
 from clusterhealth.exporters.rdma import RdmaCollector
 
+from .conftest import CLUSTERHEALTH
+
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 PROCFS = FIXTURES / "procfs-fixture" / "sys"
 NODE_EXPORTER = FIXTURES / "node-exporter-fixture" / "sys"
@@ -410,3 +412,39 @@ def test_procfs_tree_samples() -> None:
         == 1
     )
     assert "clusterhealth_netdev_mtu_bytes" not in sample_names(samples)
+
+
+def test_a_counter_of_thousands_of_digits_costs_only_that_series(tmp_path: Path) -> None:
+    """Issue 11: int() of it raised, and the collector lost every series."""
+    sysfs = copy_device(CLUSTER, tmp_path, "mlx5_0")
+    intact = scrape(RdmaCollector(sysfs))
+    (sysfs / "class/infiniband/mlx5_0/ports/1/counters/symbol_error").write_text("9" * 5000 + "\n")
+    (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters/out_of_buffer").write_text("-3\n")
+    damaged = scrape(RdmaCollector(sysfs))
+    lost = {
+        key("clusterhealth_rdma_port_errors_total", device="mlx5_0", port="1", counter="symbol_error"),
+        key("clusterhealth_rdma_port_pma_saturated", device="mlx5_0", port="1", counter="symbol_error"),
+        key("clusterhealth_rdma_port_hw_events_total", device="mlx5_0", port="1", counter="out_of_buffer"),
+    }
+    assert lost <= set(intact)
+    assert damaged == {k: v for k, v in intact.items() if k not in lost}
+
+
+def test_no_class_infiniband_is_a_successful_run_without_series(tmp_path: Path) -> None:
+    """node_exporter reports success 0 for its infiniband collector on such a node; this agent
+    reports 1: missing hardware is not a failure, and CollectorFailing must not fire on every
+    node without an HCA (README, "RDMA and network metrics")."""
+    (tmp_path / "class" / "net").mkdir(parents=True)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "collectors: {gpu: {enabled: false}, kernel_log: {enabled: false}, audit: {enabled: false}}\n"
+    )
+    result = subprocess.run(
+        [CLUSTERHEALTH, "scrape", "--config", str(config), "--sysfs-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert 'clusterhealth_scrape_collector_success{collector="rdma"} 1.0' in result.stdout
+    assert "clusterhealth_rdma_" not in result.stdout

@@ -419,6 +419,69 @@ def test_a_broken_counter_is_left_out_and_the_rest_returned(
 
 
 @pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("9" * 5000 + "\n", "out of range: 5000 digits"),  # int() of it raises ValueError
+        (f"{2**64}\n", "out of range: 20 digits"),  # one past what a 64-bit counter holds
+        ("-5\n", "not a counter: '-5'"),
+        ("+5\n", "not a counter: '+5'"),
+        ("1_000\n", "not a counter: '1_000'"),
+        ("\uff11\uff12\n", "not a counter: '\uff11\uff12'"),  # fullwidth digits, which int() reads
+    ],
+)
+def test_an_absurd_counter_value_is_skipped_alone(tmp_path: Path, content: str, reason: str) -> None:
+    """Issue 11: one counter of thousands of digits made the whole collector fail."""
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    (sysfs / COUNTER).write_text(content)
+    mlx5_0 = by_name(sysfs)["mlx5_0"]
+    assert mlx5_0.skipped == (SkippedFile("mlx5_0/ports/1/counters/port_rcv_errors", reason),)
+    port, intact = only_port(mlx5_0), only_port(by_name(CLUSTER)["mlx5_0"])
+    assert port.counters is not None and intact.counters is not None
+    assert port.counters.by_file() == {
+        k: v for k, v in intact.counters.by_file().items() if k != "port_rcv_errors"
+    }
+
+
+def test_the_largest_64_bit_counter_is_read() -> None:
+    assert infiniband._counter_value(str(2**64 - 1).encode()) == 2**64 - 1
+    assert infiniband._counter_value(b"0") == 0
+
+
+@pytest.mark.parametrize(
+    ("relative", "content"),
+    [
+        ("ports/1/state", "9" * 5000 + ": ACTIVE"),
+        ("ports/1/rate", "9" * 5000 + " Gb/sec (4X NDR)"),
+        ("ports/1/rate", "400 Gb/sec (" + "9" * 5000 + "X NDR)"),
+        ("device/current_link_width", "9" * 5000),
+        ("device/current_link_speed", "9" * 5000 + ".0 GT/s PCIe"),
+    ],
+)
+def test_absurd_numbers_in_other_attributes_are_skipped(tmp_path: Path, relative: str, content: str) -> None:
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    (sysfs / "class/infiniband/mlx5_0" / relative).write_text(content + "\n")
+    mlx5_0 = by_name(sysfs)["mlx5_0"]
+    assert [s.path for s in mlx5_0.skipped] == [f"mlx5_0/{relative}"]
+    assert mlx5_0.skipped[0].reason.startswith("unexpected format")
+    assert only_port(mlx5_0).counters == only_port(by_name(CLUSTER)["mlx5_0"]).counters
+
+
+@pytest.mark.parametrize("content", ["9" * 5000, "-1", str(2**40)])
+def test_absurd_interface_numbers_leave_the_interface_without_them(tmp_path: Path, content: str) -> None:
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    (sysfs / "class/net/ibp24s0/mtu").write_text(content + "\n")
+    assert by_name(sysfs)["mlx5_0"].netdevs == (Netdev("ibp24s0", None),)
+
+
+def test_a_fifo_reads_as_empty_instead_of_blocking(tmp_path: Path) -> None:
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    (sysfs / COUNTER).unlink()
+    os.mkfifo(sysfs / COUNTER)
+    mlx5_0 = by_name(sysfs)["mlx5_0"]
+    assert mlx5_0.skipped == (SkippedFile("mlx5_0/ports/1/counters/port_rcv_errors", "empty"),)
+
+
+@pytest.mark.parametrize(
     "code", [errno.EPERM, errno.EACCES, errno.EINVAL, errno.EOPNOTSUPP, errno.EIO, errno.ENOSYS]
 )
 def test_read_errors_are_skipped(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
