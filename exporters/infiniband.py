@@ -243,23 +243,61 @@ def _parse_lanes(text: str) -> int | None:
     return int(match["lanes"]) if match else None
 
 
-def read_rdma_devices(sysfs_root: Path) -> list[RdmaDevice]:
+class ReadCache:
+    """What sysfs does not change while a device stays registered, kept from one read to the next.
+
+    Kept: the identity attributes (`fw_ver`, `board_id`, `hca_type`, `node_guid`), each port's
+    `link_layer`, the HCA's PCI function and its `max_link_*`, an interface's `ifindex`, `iflink`,
+    `dev_port` and PCI function, and the names in `counters/` and `hw_counters/`. Everything else
+    (counters, states, rates, current link, MTUs) is read every time.
+
+    Each value is keyed by the identity of the directory it sits in: its inode and its change
+    time. A device the kernel registers again (driver reload, firmware reset) gets a new sysfs
+    directory, hence a new key, and is read afresh, new firmware version included; a directory
+    that gains or loses an entry changes its times, so its names are listed again. Only values read
+    without a problem are kept; a value not asked for in one read is dropped.
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[tuple[object, ...], Any] = {}
+        self._previous: dict[tuple[object, ...], Any] = {}
+
+    def get(self, key: tuple[object, ...]) -> Any:
+        if key in self._current:
+            return self._current[key]
+        value = self._previous.get(key)
+        if value is not None:
+            self._current[key] = value
+        return value
+
+    def put(self, key: tuple[object, ...], value: Any) -> None:
+        self._current[key] = value
+
+    def turn(self) -> None:
+        """End of one read: what it did not use goes."""
+        self._previous, self._current = self._current, {}
+
+
+def read_rdma_devices(sysfs_root: Path, cache: ReadCache | None = None) -> list[RdmaDevice]:
     """Every RDMA device under `<sysfs_root>/class/infiniband`, by name.
 
     Raises FileNotFoundError when that directory is absent (no RDMA stack on this node) and lets
     an error listing it propagate; below it, what cannot be read is left out, never raised.
+    With a `cache` (one per reader, reused), what never changes is read once (see ReadCache).
     """
     root = os.fspath(sysfs_root)
     class_dir = f"{root}/class/infiniband"
     if not os.path.isdir(class_dir):
         raise FileNotFoundError(errno.ENOENT, "no RDMA devices (class/infiniband is absent)", class_dir)
-    interfaces = _read_interfaces(f"{root}/class/net")
+    cache = cache if cache is not None else ReadCache()
+    interfaces = _read_interfaces(f"{root}/class/net", cache)
     devices = []
     for name in sorted(os.listdir(class_dir), key=_natural):
         device_dir = f"{class_dir}/{name}"
         # A regular file here (a tree copied without its symlinks) is not a device.
         if os.path.isdir(device_dir):
-            devices.append(_read_device(device_dir, name, interfaces))
+            devices.append(_read_device(device_dir, name, interfaces, cache))
+    cache.turn()
     return devices
 
 
@@ -288,59 +326,69 @@ class _Reader:
     close (no buffered file object, no Path objects).
     """
 
-    def __init__(self, device_dir: str, name: str, dir_fd: int | None) -> None:
+    def __init__(self, device_dir: str, name: str, dir_fd: int | None, cache: ReadCache) -> None:
         self.device_dir = device_dir
         self.name = name
         # Files are opened relative to the device's directory: the kernel then walks a few path
         # parts instead of the whole path and its class/infiniband symlink, for each file.
         self.dir_fd = dir_fd
+        self.cache = cache
+        self.identity = _identity(os.fstat(dir_fd)) if dir_fd is not None else None
         self.skipped: list[SkippedFile] = []
 
     def _skip(self, relative: str, reason: str) -> None:
         self.skipped.append(SkippedFile(f"{self.name}/{relative}", reason))
 
-    def raw(self, relative: str, name: str | None = None, dir_fd: int | None = None) -> bytes | None:
-        """The file's bytes without surrounding whitespace; None (and why) when there are none.
-
-        `relative` names the file in reports; `name` and `dir_fd`, when given, open it.
-        """
-        raw = self._read(relative) if dir_fd is None else _read_raw(name or relative, dir_fd)
+    def raw(self, relative: str) -> bytes | None:
+        """The file's bytes without surrounding whitespace; None (and why) when there are none."""
+        raw = self._read(relative)
         if isinstance(raw, _Failure):
-            if raw.reason != "ENOENT":  # an absent file is normal: drivers differ
-                self._skip(relative, raw.reason)
+            self._failed(relative, raw.reason)
             return None
         if not raw:
             self._skip(relative, "empty")
             return None
         return raw
 
+    def _failed(self, relative: str, reason: str) -> None:
+        if reason != "ENOENT":  # an absent file is normal: drivers differ
+            self._skip(relative, reason)
+
     def text(self, relative: str) -> str | None:
         raw = self.raw(relative)
         return None if raw is None else _decode(raw)
+
+    def static_text(self, relative: str) -> str | None:
+        """`text` of an attribute that does not change while the device stays registered."""
+        if self.identity is None:
+            return self.text(relative)
+        key = (self.identity, relative)
+        text = self.cache.get(key)
+        if text is None:
+            text = self.text(relative)
+            if text is not None:
+                self.cache.put(key, text)
+        return text
 
     def _read(self, relative: str) -> bytes | _Failure:
         if self.dir_fd is None:
             return _read_raw(f"{self.device_dir}/{relative}")
         return _read_raw(relative, self.dir_fd)
 
-    def counter(self, relative: str, name: str | None = None, dir_fd: int | None = None) -> int | None:
-        raw = self.raw(relative, name, dir_fd)
-        if raw is None:
-            return None
-        value = _counter_value(raw)
-        if value is None:
-            text = _decode(raw)
-            if text.startswith("N/A"):
-                reason = text[:40]
-            elif raw.isdigit():
-                reason = f"out of range: {len(raw)} digits"
-            else:
-                reason = f"not a counter: {text[:40]!r}"
-            self._skip(relative, reason)
-        return value
+    def _not_a_counter(self, relative: str, raw: bytes) -> None:
+        text = _decode(raw)
+        if not raw:
+            reason = "empty"
+        elif text.startswith("N/A"):
+            reason = text[:40]
+        elif raw.isdigit():
+            reason = f"out of range: {len(raw)} digits"
+        else:
+            reason = f"not a counter: {text[:40]!r}"
+        self._skip(relative, reason)
 
-    def parsed(self, relative: str, parse: Callable[[str], T | None]) -> T | None:
-        text = self.text(relative)
+    def parsed(self, relative: str, parse: Callable[[str], T | None], static: bool = False) -> T | None:
+        text = self.static_text(relative) if static else self.text(relative)
         if text is None:
             return None
         value = parse(text)
@@ -348,34 +396,53 @@ class _Reader:
             self._skip(relative, f"unexpected format: {text[:40]!r}")
         return value
 
-    def listing(self, relative_dir: str) -> list[str] | None:
-        """The names in a directory, by name; None when it is absent (or unlistable: skipped)."""
-        try:
-            return sorted(os.listdir(f"{self.device_dir}/{relative_dir}"))
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            self._skip(relative_dir, _errno_name(error))
-            return None
-
-    def counter_files(self, relative_dir: str, names: list[str] | None) -> dict[str, int]:
-        """{file name: value} for every readable counter of a directory listed as `names`."""
+    def counter_files(self, relative_dir: str) -> tuple[bool, dict[str, int]]:
+        """Whether a counter directory is there, and {file name: value} of its readable counters."""
         values: dict[str, int] = {}
-        if not names:
-            return values
         try:
             dir_fd = _open(f"{self.device_dir}/{relative_dir}", _DIR_FLAGS)
-        except OSError as error:  # it was listed a moment ago: gone, or replaced
+        except FileNotFoundError:
+            return False, values
+        except OSError as error:
             self._skip(relative_dir, _errno_name(error))
-            return values
+            # Present but unreadable (EACCES) still says the device has such counters.
+            return _is_dir(f"{self.device_dir}/{relative_dir}"), values
         try:
-            for name in names:
-                value = self.counter(f"{relative_dir}/{name}", name, dir_fd)
+            # The loop of `counter` written out: it runs for ~500 files per collection.
+            for name in self._names(dir_fd):
+                try:
+                    fd = _open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+                except OSError as error:
+                    self._failed(f"{relative_dir}/{name}", _errno_name(error))
+                    continue
+                try:
+                    raw = os.read(fd, _MAX_ATTRIBUTE_BYTES).strip()
+                except OSError as error:
+                    self._failed(f"{relative_dir}/{name}", _errno_name(error))
+                    continue
+                finally:
+                    os.close(fd)
+                value = _counter_value(raw)
                 if value is not None:
                     values[name] = value
+                else:
+                    self._not_a_counter(f"{relative_dir}/{name}", raw)
+        except OSError as error:
+            self._skip(relative_dir, _errno_name(error))
         finally:
             os.close(dir_fd)
-        return values
+        return True, values
+
+    def _names(self, dir_fd: int) -> list[str]:
+        status = os.fstat(dir_fd)
+        key = ("names", status.st_dev, status.st_ino)
+        stamp = (status.st_mtime_ns, status.st_ctime_ns)
+        cached = self.cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]  # type: ignore[no-any-return]
+        names = sorted(os.listdir(dir_fd))
+        self.cache.put(key, (stamp, names))
+        return names
 
 
 @dataclass(frozen=True)
@@ -432,6 +499,10 @@ def _read_text(path: str) -> str | _Failure:
     return raw if isinstance(raw, _Failure) else _decode(raw)
 
 
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
 def _read_small_int(path: str) -> int | None:
     raw = _read_raw(path)
     if isinstance(raw, _Failure) or len(raw) > 12:
@@ -464,7 +535,7 @@ def _function_address(link: str) -> str:
         return os.path.basename(os.path.realpath(link))
 
 
-def _read_interfaces(class_net: str) -> dict[str, _Interface]:
+def _read_interfaces(class_net: str, cache: ReadCache) -> dict[str, _Interface]:
     interfaces: dict[str, _Interface] = {}
     try:
         names = os.listdir(class_net)
@@ -472,27 +543,38 @@ def _read_interfaces(class_net: str) -> dict[str, _Interface]:
         return interfaces
     for name in sorted(names, key=_natural):
         entry = f"{class_net}/{name}"
-        if not os.path.isdir(entry):  # bonding_masters, or a link flattened into a file
+        try:
+            status = os.stat(entry)
+        except OSError:
             continue
-        ifindex = _read_small_int(f"{entry}/ifindex")
-        iflink = _read_small_int(f"{entry}/iflink")
-        interfaces[name] = _Interface(
-            name=name,
-            pci_function=_function_of(f"{entry}/device"),
-            dev_port=_read_small_int(f"{entry}/dev_port"),
-            is_child=ifindex is not None and iflink is not None and ifindex != iflink,
-            mtu_bytes=_read_small_int(f"{entry}/mtu"),
-        )
+        if not stat.S_ISDIR(status.st_mode):  # bonding_masters, or a link flattened into a file
+            continue
+        # What an interface is (its index, its parent, its PCI function) holds while it exists.
+        key = ("interface", _identity(status))
+        static = cache.get(key)
+        if static is None:
+            ifindex = _read_small_int(f"{entry}/ifindex")
+            iflink = _read_small_int(f"{entry}/iflink")
+            static = (
+                _function_of(f"{entry}/device"),
+                _read_small_int(f"{entry}/dev_port"),
+                ifindex is not None and iflink is not None and ifindex != iflink,
+            )
+            if ifindex is not None and iflink is not None:
+                cache.put(key, static)
+        interfaces[name] = _Interface(name, *static, mtu_bytes=_read_small_int(f"{entry}/mtu"))
     return interfaces
 
 
-def _read_device(device_dir: str, name: str, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
+def _read_device(
+    device_dir: str, name: str, interfaces: Mapping[str, _Interface], cache: ReadCache
+) -> RdmaDevice:
     try:
         dir_fd: int | None = _open(device_dir, _DIR_FLAGS)
     except OSError:
         dir_fd = None  # read by whole paths then; each file says why it cannot be read
     try:
-        return _read_device_at(_Reader(device_dir, name, dir_fd), interfaces)
+        return _read_device_at(_Reader(device_dir, name, dir_fd, cache), interfaces)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
@@ -500,12 +582,19 @@ def _read_device(device_dir: str, name: str, interfaces: Mapping[str, _Interface
 
 def _read_device_at(reader: _Reader, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
     device_dir, name = reader.device_dir, reader.name
-    firmware_version = reader.text("fw_ver")
-    board_id = reader.text("board_id")
-    hca_type = reader.text("hca_type")
-    node_guid = reader.text("node_guid")
-    function = _function_of(f"{device_dir}/device")
-    pci = _read_pci_link(reader, function)
+    firmware_version = reader.static_text("fw_ver")
+    board_id = reader.static_text("board_id")
+    hca_type = reader.static_text("hca_type")
+    node_guid = reader.static_text("node_guid")
+    function_key = ("function", reader.identity)
+    function_and_address = reader.cache.get(function_key) if reader.identity is not None else None
+    if function_and_address is None:
+        function = _function_of(f"{device_dir}/device")
+        function_and_address = (function, _function_address(f"{device_dir}/device") if function else "")
+        if function is not None and reader.identity is not None:
+            reader.cache.put(function_key, function_and_address)
+    function, address = function_and_address
+    pci = _read_pci_link(reader, function, address)
     on_same_function = [i for i in interfaces.values() if function is not None and i.pci_function == function]
     ports = tuple(_read_port(reader, number, on_same_function) for number in _port_numbers(reader))
     names = {i.name for i in on_same_function}
@@ -535,15 +624,15 @@ def _port_numbers(reader: _Reader) -> list[int]:
     return sorted(int(name) for name in names if name.isascii() and name.isdigit())
 
 
-def _read_pci_link(reader: _Reader, function: tuple[int, int] | None) -> PciLink | None:
+def _read_pci_link(reader: _Reader, function: tuple[int, int] | None, address: str) -> PciLink | None:
     if function is None:
         return None
     return PciLink(
-        address=_function_address(f"{reader.device_dir}/device"),
+        address=address,
         generation=reader.parsed("device/current_link_speed", parse_pcie_generation),
-        generation_max=reader.parsed("device/max_link_speed", parse_pcie_generation),
+        generation_max=reader.parsed("device/max_link_speed", parse_pcie_generation, static=True),
         width=reader.parsed("device/current_link_width", _parse_lanes) or None,
-        width_max=reader.parsed("device/max_link_width", _parse_lanes) or None,
+        width_max=reader.parsed("device/max_link_width", _parse_lanes, static=True) or None,
     )
 
 
@@ -553,14 +642,9 @@ def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface])
     physical_state = reader.parsed(f"{base}/phys_state", parse_state)
     rate = reader.parsed(f"{base}/rate", parse_rate)
 
-    counter_names = reader.listing(f"{base}/counters")
-    raw_counters = reader.counter_files(f"{base}/counters", counter_names)
-    legacy_names = reader.listing(f"{base}/counters_ext")
-    raw_legacy = reader.counter_files(f"{base}/counters_ext", legacy_names)
-    counters_present = counter_names is not None or _is_dir(f"{reader.device_dir}/{base}/counters")
-    legacy_present = legacy_names is not None or _is_dir(f"{reader.device_dir}/{base}/counters_ext")
-
-    hw_counters = reader.counter_files(f"{base}/hw_counters", reader.listing(f"{base}/hw_counters"))
+    counters_present, raw_counters = reader.counter_files(f"{base}/counters")
+    legacy_present, raw_legacy = reader.counter_files(f"{base}/counters_ext")
+    _, hw_counters = reader.counter_files(f"{base}/hw_counters")
     lifespan = hw_counters.pop("lifespan", None)
 
     gid_netdevs = _gid_netdevs(reader, base)
@@ -573,7 +657,7 @@ def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface])
         rate_bytes_per_second=rate[0] if rate else None,
         rate_lanes=rate[1] if rate else None,
         rate_speed=rate[2] if rate else None,
-        link_layer=reader.text(f"{base}/link_layer"),
+        link_layer=reader.static_text(f"{base}/link_layer"),
         counters=_port_counters(raw_counters) if counters_present else None,
         legacy_counters=_legacy_counters(raw_legacy) if legacy_present else None,
         hw_counters=hw_counters,

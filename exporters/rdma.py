@@ -15,7 +15,13 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.exporters.base import NoData
-from clusterhealth.exporters.infiniband import LegacyCounters, PortCounters, RdmaDevice, read_rdma_devices
+from clusterhealth.exporters.infiniband import (
+    LegacyCounters,
+    PortCounters,
+    RdmaDevice,
+    ReadCache,
+    read_rdma_devices,
+)
 
 PORT = ["device", "port"]
 
@@ -156,6 +162,8 @@ class RdmaCollector:
         self.sysfs_root = Path(sysfs_root)
         self.include_devices = tuple(include_devices)
         self.exclude_devices = tuple(exclude_devices)
+        # Identity attributes and directory listings are read once per registered device.
+        self._cache = ReadCache()
 
     def selects(self, device: str) -> bool:
         if any(fnmatch.fnmatchcase(device, pattern) for pattern in self.exclude_devices):
@@ -167,7 +175,7 @@ class RdmaCollector:
     def collect(self) -> list[Metric]:
         # Read eagerly (not a generator) so NoData is raised by the call itself.
         try:
-            devices = read_rdma_devices(self.sysfs_root)
+            devices = read_rdma_devices(self.sysfs_root, self._cache)
         except FileNotFoundError as absent:
             raise NoData(str(absent)) from None
         if not devices:

@@ -16,6 +16,7 @@ from clusterhealth.exporters.infiniband import (
     PciLink,
     RdmaDevice,
     RdmaPort,
+    ReadCache,
     SkippedFile,
     parse_pcie_generation,
     parse_pcie_width,
@@ -604,3 +605,44 @@ def test_multi_port_function_maps_ports_by_dev_port_and_prefers_parents(tmp_path
     assert [port.netdev for port in mlx4.ports] == ["ib0", "ib1"]
     assert [n.name for n in mlx4.netdevs] == ["ib0", "ib0.8001", "ib1"]
     assert mlx4.pci == PciLink("0000:04:00.0")
+
+
+# --- reading again with a cache --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tree", [PROCFS, NODE_EXPORTER, CLUSTER], ids=lambda p: p.parent.name)
+def test_reads_with_a_cache_equal_fresh_reads(tree: Path) -> None:
+    cache = ReadCache()
+    fresh = read_rdma_devices(tree)
+    assert [read_rdma_devices(tree, cache) for _ in range(3)] == [fresh] * 3
+
+
+def test_a_device_registered_again_is_read_afresh(tmp_path: Path) -> None:
+    """A driver reload or firmware reset gives the device a new sysfs directory: new firmware shows."""
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    cache = ReadCache()
+    assert by_name_cached(sysfs, cache)["mlx5_0"].firmware_version == "28.39.1002"
+    device = (sysfs / "class/infiniband/mlx5_0").resolve()
+    shutil.copytree(device, device.with_name("new"), symlinks=True)
+    device.rename(device.with_name("old"))  # kept, so the new directory cannot reuse its inode
+    device.with_name("new").rename(device)
+    (device / "fw_ver").write_text("28.40.1000\n")
+    (device / "ports/1/link_layer").write_text("Ethernet\n")
+    again = by_name_cached(sysfs, cache)["mlx5_0"]
+    assert again.firmware_version == "28.40.1000"
+    assert only_port(again).link_layer == "Ethernet"
+
+
+def test_a_counter_file_that_appears_is_read(tmp_path: Path) -> None:
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    cache = ReadCache()
+    before = only_port(by_name_cached(sysfs, cache)["mlx5_0"])
+    (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters/new_counter").write_text("7\n")
+    (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters/out_of_buffer").unlink()
+    after = only_port(by_name_cached(sysfs, cache)["mlx5_0"])
+    assert after.hw_counters["new_counter"] == 7
+    assert set(after.hw_counters) == set(before.hw_counters) - {"out_of_buffer"} | {"new_counter"}
+
+
+def by_name_cached(sysfs: Path, cache: ReadCache) -> dict[str, RdmaDevice]:
+    return {device.name: device for device in read_rdma_devices(sysfs, cache)}
