@@ -117,10 +117,16 @@ class PortCounters:
 
     def by_file(self) -> dict[str, int]:
         """Every value read, keyed by its file name in counters/ (data counters in bytes)."""
-        values = {f.metadata["file"]: getattr(self, f.name) for f in fields(self) if "file" in f.metadata}
+        values = {file: getattr(self, name) for file, name in _PORT_COUNTER_FIELD_BY_FILE.items()}
         present = {file: value for file, value in values.items() if value is not None}
         present.update(self.other)
         return present
+
+
+# counters/ file name -> PortCounters field, worked out once rather than for every port read.
+_PORT_COUNTER_FIELD_BY_FILE = {
+    f.metadata["file"]: f.name for f in fields(PortCounters) if "file" in f.metadata
+}
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,9 @@ class LegacyCounters:
     unicast_rcv_packets: int | None = _counter_field("port_unicast_rcv_packets")
     multicast_xmit_packets: int | None = _counter_field("port_multicast_xmit_packets")
     multicast_rcv_packets: int | None = _counter_field("port_multicast_rcv_packets")
+
+
+_LEGACY_COUNTER_FIELD_BY_FILE = {f.metadata["file"]: f.name for f in fields(LegacyCounters)}
 
 
 @dataclass(frozen=True)
@@ -702,7 +711,7 @@ def _function_netdev(port_number: int, candidates: list[_Interface]) -> str | No
 
 
 def _port_counters(raw: Mapping[str, int]) -> PortCounters:
-    by_file = {f.metadata["file"]: f.name for f in fields(PortCounters) if "file" in f.metadata}
+    by_file = _PORT_COUNTER_FIELD_BY_FILE
     values: dict[str, int] = {}
     other: dict[str, int] = {}
     for file, value in raw.items():
@@ -714,7 +723,7 @@ def _port_counters(raw: Mapping[str, int]) -> PortCounters:
 
 
 def _legacy_counters(raw: Mapping[str, int]) -> LegacyCounters:
-    by_file = {f.metadata["file"]: f.name for f in fields(LegacyCounters)}
+    by_file = _LEGACY_COUNTER_FIELD_BY_FILE
     values = {
         by_file[file]: value * 4 if file.endswith("_data_64") else value
         for file, value in raw.items()
