@@ -26,6 +26,7 @@ OVERRIDES = {
     "kmsg_path": "paths.kmsg",
     "simulate": "simulate",
     "log_level": "log_level",
+    "web_config_file": "web_config_file",
 }
 
 
@@ -49,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     agent = sub.add_parser("agent", help="run the daemon: serve /metrics and /healthz")
     _common(agent)
     agent.add_argument("--listen", metavar="HOST:PORT", help=f"default :{configuration.DEFAULT_PORT}")
+    agent.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS and basic auth (Prometheus exporter-toolkit format); re-read on SIGHUP",
+    )
     agent.add_argument("--print-config", action="store_true", help="print the effective config and exit")
 
     scrape = sub.add_parser("scrape", help="collect once, print the exposition, exit 0")

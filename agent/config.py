@@ -333,6 +333,11 @@ class Config:
     listen: str = setting(
         f":{DEFAULT_PORT}", doc="HOST:PORT the agent serves /metrics and /healthz on", check=_check_listen
     )
+    web_config_file: str | None = setting(
+        None,
+        doc="TLS and basic auth for /metrics and /healthz, in the Prometheus exporter-toolkit format "
+        "(tls_server_config, basic_auth_users); re-read on SIGHUP",
+    )
     log_level: str = setting("info", doc="lowest level logged to stderr", choices=LOG_LEVELS)
     simulate: str | None = setting(
         None, doc="path of a simulated-node scenario (YAML); replaces the NVML library, for demos and tests"

@@ -15,6 +15,7 @@ from typing import Any
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
+from clusterhealth.agent import webconfig
 from clusterhealth.agent.collectors import Collectors, collect_once
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
@@ -36,7 +37,11 @@ class Agent:
         self._stop = threading.Event()
         self._reload = threading.Event()
         self.server = Server(
-            config.listen, self.exposition, lambda: self.collectors.active, self._health_extra
+            config.listen,
+            self.exposition,
+            lambda: self.collectors.active,
+            self._health_extra,
+            web_config=webconfig.load(config.web_config_file),
         )
 
     def _health_extra(self) -> dict[str, Any]:
@@ -99,6 +104,7 @@ class Agent:
             return False
         try:
             new = configuration.load(self.config_path, self.overrides)
+            web = webconfig.load(new.web_config_file)
         except configuration.ConfigError as err:
             log.error("reload failed, keeping the running configuration: %s", err)
             return False
@@ -107,6 +113,7 @@ class Agent:
         if new.simulate != self.config.simulate:
             log.warning("simulate changed to %s; it takes effect on restart", new.simulate)
         logsetup.set_level(new.log_level)
+        self.server.reconfigure(web)
         self.config, self.loaded_at = new, time.time()
         self._apply(new)
         log.info("configuration reloaded from %s", self.config_path or "defaults")

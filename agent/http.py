@@ -1,19 +1,44 @@
-"""The HTTP endpoints: /metrics (the cached exposition), /healthz (JSON) and a landing page."""
+"""The HTTP endpoints: /metrics (the cached exposition), /healthz (JSON) and a landing page.
+
+One event loop on one thread serves every connection (h11 parses HTTP/1.1), so idle or slow
+clients cost a file descriptor and a few kilobytes each, never a thread, and are bounded:
+- at most `max_connections` at once; a new connection over the cap closes the connection that has
+  been idle longest (keep-alive between requests, or connected and silent), else the one that has
+  been sending its request head longest; when every connection is busy answering, the new one is
+  closed at once;
+- a request head must arrive whole within `request_timeout` seconds of its first byte (of the
+  connection for the first request; TLS handshake included) and be at most `max_head_bytes`
+  (431 beyond); a keep-alive connection idle for `idle_timeout` seconds is closed; a response the
+  client does not read within `write_timeout` seconds closes the connection;
+- GET and HEAD are served; other methods get 405 (known methods) or 501, then the connection
+  closes, any request body unread;
+- when accept() fails for lack of file descriptors, asyncio stops accepting for a second instead
+  of spinning.
+TLS and basic auth come from the web config (agent/webconfig.py); bcrypt runs on one worker
+thread, off the loop, and only for credentials not verified before.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import email.utils
+import ipaddress
 import json
 import logging
-import sys
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import h11
 
 from clusterhealth.agent import __version__
 from clusterhealth.agent.exposition import CONTENT_TYPE, Exposition
 from clusterhealth.agent.sampling import Sampler
+from clusterhealth.agent.webconfig import NO_WEB_CONFIG, ConnectionRefused, Credentials, WebConfig
 
 log = logging.getLogger("clusterhealth.http")
 
@@ -21,6 +46,17 @@ LANDING = b"""<html><head><title>clusterhealth</title></head><body>
 <h1>clusterhealth</h1><p><a href="/metrics">/metrics</a> &middot; <a href="/healthz">/healthz</a></p>
 </body></html>
 """
+
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_REQUEST_TIMEOUT = 10.0
+# Longer than Prometheus's default 1 m scrape interval, so its keep-alive connection is reused.
+DEFAULT_IDLE_TIMEOUT = 90.0
+DEFAULT_WRITE_TIMEOUT = 30.0
+DEFAULT_MAX_HEAD_BYTES = 16 * 1024
+# Credentials waiting for bcrypt beyond this are answered 503 at once rather than queued.
+MAX_PENDING_AUTH = 32
+KNOWN_METHODS = frozenset({b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"TRACE", b"CONNECT"})
+ALLOW = "GET, HEAD"
 
 
 def health(samplers: Sequence[Sampler], extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -54,22 +90,36 @@ def _iso(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # socketserver's default backlog of 5 drops connections when many scrapers arrive at once.
-    request_queue_size = 128
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A scraper that hangs up mid-response is routine; anything else is worth one line.
-        err = sys.exc_info()[1]
-        if isinstance(err, (ConnectionError, TimeoutError)):
-            log.debug("client %s went away: %s", client_address, err)
-        else:
-            log.error("error serving %s: %r", client_address, err)
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an Accept-Encoding header accepts gzip (RFC 9110 12.5.3: q=0 means "not this")."""
+    if not header:
+        return False
+    gzip_q: float | None = None
+    star_q: float | None = None
+    for item in header.split(","):
+        coding, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:  # also NaN
+                    q = 0.0
+        coding = coding.lower()
+        if coding in ("gzip", "x-gzip"):
+            gzip_q = q if gzip_q is None else max(gzip_q, q)
+        elif coding == "*":
+            star_q = q
+    if gzip_q is not None:
+        return gzip_q > 0
+    return star_q is not None and star_q > 0
 
 
 class Server:
-    """A threaded HTTP server on its own thread."""
+    """The HTTP(S) server, on its own thread; `reconfigure` swaps the web config while it runs."""
 
     def __init__(
         self,
@@ -77,60 +127,441 @@ class Server:
         exposition: Exposition,
         samplers: Callable[[], Sequence[Sampler]],
         health_extra: Callable[[], dict[str, Any]] = dict,
+        *,
+        web_config: WebConfig | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+        max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
     ):
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
-        handler = _make_handler(exposition, samplers, health_extra)
-        self.httpd = _HTTPServer((host, int(port)), handler)
-        self.address = self.httpd.server_address
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.create_server((host, int(port)), family=family, backlog=128)
+        self._socket.setblocking(False)
+        self.address = self._socket.getsockname()
+        self.exposition = exposition
+        self.samplers = samplers
+        self.health_extra = health_extra
+        self.web = web_config or NO_WEB_CONFIG
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
+        self.max_head_bytes = max_head_bytes
+        self.connections: dict[_Connection, None] = {}  # in the order they came
+        self.evicted = 0
+        self.refused = 0
+        self.auth_pending = 0
+        self._auth = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="http-auth")
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(self._loop_error)
+        self._started = threading.Event()
+        self._stopped: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="http", daemon=True)
+        self._date = (0, "")
+
+    # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
+        self._started.wait(10)
+        self._describe(self.web, starting=True)
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        if self._thread.is_alive() and self._stopped is not None:
+            self.loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(10)
+        elif not self._thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()  # never started
+        self._auth.shutdown(wait=False, cancel_futures=True)
+        self._socket.close()
+
+    def reconfigure(self, web_config: WebConfig) -> None:
+        """Apply a reloaded web config: new connections use its TLS settings, every request its auth."""
+        old, self.web = self.web, web_config
+        if (old.source, old.tls, old.authenticates) != (
+            web_config.source,
+            web_config.tls,
+            web_config.authenticates,
+        ):
+            self._describe(web_config, starting=False)
+
+    def _describe(self, web: WebConfig, starting: bool) -> None:
+        host, port = self.address[:2]
+        where = f"{host}:{port}"
+        if web.tls or web.users:
+            parts = ["TLS" if web.tls else "plain HTTP"]
+            if web.client_auth_type != "NoClientCert":
+                parts.append(f"client certificates ({web.client_auth_type})")
+            if web.users:
+                parts.append(f"basic auth ({len(web.users)} users)")
+            log.info("%s on %s from %s", ", ".join(parts), where, web.source)
+        if not web.authenticates and not _loopback(host):
+            log.warning(
+                "serving %s without authentication on %s, reachable beyond this host: anyone who "
+                "reaches the port reads the node's metrics; set basic_auth_users or client certificates "
+                "in --web-config-file, or --listen 127.0.0.1:%d",
+                "/metrics" if starting else "/metrics (after reload)",
+                where,
+                port,
+            )
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        finally:
+            self.loop.close()
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        server = await self.loop.create_server(lambda: _Connection(self), sock=self._socket)
+        self._started.set()
+        try:
+            await self._stopped.wait()
+        finally:
+            server.close()
+            for connection in list(self.connections):
+                connection.abort()
+            await server.wait_closed()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # EMFILE on accept() lands here once per retry (asyncio pauses accepting for a second).
+        error = context.get("exception")
+        if isinstance(error, OSError):
+            log.warning("http: %s: %s", context.get("message", "error"), error)
+        else:
+            loop.default_exception_handler(context)
+
+    # -- connections --------------------------------------------------------------------------
+
+    def admit(self, connection: _Connection) -> bool:
+        """Make room for a new connection, or refuse it."""
+        if len(self.connections) >= self.max_connections:
+            victim = self._victim()
+            if victim is None:
+                self.refused += 1
+                log.debug("http: %d connections, all busy: refusing one", len(self.connections))
+                return False
+            self.evicted += 1
+            victim.abort()
+        self.connections[connection] = None
+        return True
+
+    def _victim(self) -> _Connection | None:
+        reading: _Connection | None = None
+        for connection in self.connections:  # oldest first
+            if connection.phase == "idle":
+                return connection
+            if connection.phase == "reading" and (reading is None or connection.since < reading.since):
+                reading = connection
+        return reading
+
+    def forget(self, connection: _Connection) -> None:
+        self.connections.pop(connection, None)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "connections": len(self.connections),
+            "max_connections": self.max_connections,
+            "evicted_total": self.evicted,
+            "refused_total": self.refused,
+            "tls": self.web.tls,
+            "basic_auth": bool(self.web.users),
+        }
+
+    def date(self) -> str:
+        now = int(time.time())
+        if self._date[0] != now:
+            self._date = (now, email.utils.formatdate(now, usegmt=True))
+        return self._date[1]
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def authorized(self, web: WebConfig, path: str, header: str | None) -> bool | None:
+        """True, False, or None when too many credentials already wait for bcrypt."""
+        if not web.needs_basic_auth(path):
+            return True
+        credentials = web.credentials
+        parsed = Credentials.parse(header)
+        if credentials is None or parsed is None:
+            return False
+        if credentials.known(*parsed):
+            return True
+        if self.auth_pending >= MAX_PENDING_AUTH:
+            return None
+        self.auth_pending += 1
+        try:
+            return await self.loop.run_in_executor(self._auth, credentials.verify, *parsed)
+        finally:
+            self.auth_pending -= 1
+
+    def respond(
+        self, method: bytes, target: bytes, accept_encoding: str | None
+    ) -> tuple[int, bytes, list[tuple[str, str]]]:
+        path = target.split(b"?", 1)[0].decode("latin-1")
+        if path == "/metrics":
+            gzipped = accepts_gzip(accept_encoding)
+            headers = [("Content-Type", CONTENT_TYPE), ("Vary", "Accept-Encoding")]
+            if gzipped:
+                headers.append(("Content-Encoding", "gzip"))
+            return 200, self.exposition.render(gzipped), headers
+        if path == "/healthz":
+            extra = {**self.health_extra(), "http": self.stats()}
+            body = json.dumps(health(self.samplers(), extra), indent=2).encode() + b"\n"
+            return 200, body, [("Content-Type", "application/json")]
+        if path == "/":
+            return 200, LANDING, [("Content-Type", "text/html; charset=utf-8")]
+        return 404, b"not found\n", [("Content-Type", "text/plain; charset=utf-8")]
 
 
-def _make_handler(
-    exposition: Exposition,
-    samplers: Callable[[], Sequence[Sampler]],
-    health_extra: Callable[[], dict[str, Any]],
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = f"clusterhealth/{__version__}"
-        # Headers and body go out in two writes; with Nagle's algorithm the body would wait for
-        # the client's delayed ACK of the headers (40 ms on Linux) on every keep-alive scrape.
-        disable_nagle_algorithm = True
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
-                body = exposition.render(gzipped)
-                headers = {"Content-Type": CONTENT_TYPE}
-                if gzipped:
-                    headers["Content-Encoding"] = "gzip"
-                self._send(200, body, headers)
-            elif path == "/healthz":
-                body = json.dumps(health(samplers(), health_extra()), indent=2).encode() + b"\n"
-                self._send(200, body, {"Content-Type": "application/json"})
-            elif path == "/":
-                self._send(200, LANDING, {"Content-Type": "text/html; charset=utf-8"})
+
+class _Connection(asyncio.Protocol):
+    """One client connection: TLS (when configured), then HTTP/1.1 requests one after another."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.web = server.web  # this connection's TLS settings stay those it was accepted with
+        self.transport: asyncio.Transport | None = None
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=server.max_head_bytes)
+        # idle: no byte of a request yet; reading: a request head is arriving (or the TLS
+        # handshake); busy: answering; closed.
+        self.phase = "idle"
+        self.since = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._write_paused = False
+
+    # -- asyncio callbacks --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if not self.server.admit(self):
+            self.phase = "closed"
+            transport.abort()
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Headers and body go out in one write; without this a small response could still
+            # wait for the client's delayed ACK of the previous one on a keep-alive connection.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.web.ssl_context is not None:
+            transport.pause_reading()  # nothing is read until TLS takes over the transport
+            self._enter("reading", self.server.request_timeout)
+            self._task = asyncio.ensure_future(self._start_tls(self.web.ssl_context))
+        else:
+            # A new connection gets a request timeout, not the idle one: it has not asked yet.
+            self._enter("idle", self.server.request_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "idle":
+            self._enter("reading", self.server.request_timeout)
+        self.http.receive_data(data)
+        self._next()
+
+    def eof_received(self) -> bool | None:
+        self.http.receive_data(b"")
+        if self.phase in ("idle", "reading"):
+            self.abort()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.phase = "closed"
+        self._cancel_timer()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._arm(self.server.write_timeout)
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.phase == "idle":
+            self._arm(self.server.idle_timeout)
+        if self.transport is not None and self.phase != "closed":
+            self.transport.resume_reading()
+
+    # -- states -------------------------------------------------------------------------------
+
+    def _enter(self, phase: str, timeout: float) -> None:
+        self.phase = phase
+        self.since = time.monotonic()
+        self._arm(timeout)
+
+    def _arm(self, timeout: float) -> None:
+        self._cancel_timer()
+        self._timer = self.server.loop.call_later(timeout, self._expired)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        log.debug("http: closing a connection %s for %.0f s", self.phase, time.monotonic() - self.since)
+        self.abort()
+
+    def abort(self) -> None:
+        if self.phase != "closed" and self.transport is not None:
+            self.phase = "closed"
+            self.transport.abort()
+
+    async def _start_tls(self, context: ssl.SSLContext) -> None:
+        assert self.transport is not None
+        try:
+            transport = await self.server.loop.start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.request_timeout,
+            )
+            assert transport is not None
+            self.web.check_peer(transport.get_extra_info("ssl_object"))
+        except (OSError, ssl.SSLError, ConnectionRefused, asyncio.TimeoutError, ConnectionError) as err:
+            log.debug("http: TLS handshake failed: %s", err)
+            self.abort()
+            return
+        self.transport = transport  # type: ignore[assignment]
+        self._enter("idle", self.server.request_timeout)
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Handle what h11 has parsed, unless a request is being answered."""
+        while self.phase in ("idle", "reading") and self._task is None:
+            try:
+                event = self.http.next_event()
+            except h11.RemoteProtocolError as err:
+                self._fail(err.error_status_hint, str(err))
+                return
+            if event is h11.NEED_DATA:
+                return
+            if isinstance(event, h11.Request):
+                self._enter("busy", self.server.write_timeout)
+                assert self.transport is not None
+                self.transport.pause_reading()  # pipelined requests wait in the kernel, not here
+                self._task = asyncio.ensure_future(self._answer(event))
+                return
+            if isinstance(event, h11.ConnectionClosed):
+                self.abort()
+                return
+            # Data or EndOfMessage of a request already answered: nothing to do.
+
+    async def _answer(self, request: h11.Request) -> None:
+        server, web = self.server, self.server.web
+        headers = {name.lower(): value for name, value in request.headers}
+        method = request.method
+        close = False
+        try:
+            if method not in (b"GET", b"HEAD"):
+                code = 405 if method in KNOWN_METHODS else 501
+                status, body, extra = code, f"{code} method not served here\n".encode(), [("Allow", ALLOW)]
+                close = True  # its body, if any, is not read
             else:
-                self._send(404, b"not found\n", {"Content-Type": "text/plain"})
+                path = request.target.split(b"?", 1)[0].decode("latin-1")
+                authorization = headers.get(b"authorization")
+                ok = await server.authorized(
+                    web, path, authorization.decode("latin-1") if authorization else None
+                )
+                if ok is None:
+                    status, body, extra = (
+                        503,
+                        b"too many requests waiting for authentication\n",
+                        [("Retry-After", "1")],
+                    )
+                elif not ok:
+                    status, body, extra = (
+                        401,
+                        b"unauthorized\n",
+                        [("WWW-Authenticate", 'Basic realm="clusterhealth"')],
+                    )
+                else:
+                    encoding = headers.get(b"accept-encoding")
+                    status, body, extra = server.respond(
+                        method, request.target, encoding.decode("latin-1") if encoding else None
+                    )
+            if self.phase == "closed":
+                return
+            self._send(status, body, extra, head=method == b"HEAD", close=close)
+        except Exception as err:  # a bug must cost one request, not the server
+            log.error("http: error answering %s %r: %r", method.decode("latin-1"), request.target, err)
+            if self.phase != "closed":
+                self._send(500, b"internal error\n", [], head=False, close=True)
+        finally:
+            self._task = None
+        self._after_response()
 
-        def _send(self, code: int, body: bytes, headers: dict[str, str]) -> None:
-            self.send_response(code)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def _send(self, status: int, body: bytes, extra: list[tuple[str, str]], head: bool, close: bool) -> None:
+        assert self.transport is not None
+        headers = [
+            ("Server", f"clusterhealth/{__version__}"),
+            ("Date", self.server.date()),
+            *extra,
+            *self.server.web.headers,
+            ("Content-Length", str(len(body))),
+        ]
+        if close:
+            headers.append(("Connection", "close"))
+        try:
+            out = self.http.send(h11.Response(status_code=status, headers=headers))
+            if not head and body:
+                out += self.http.send(h11.Data(data=body))
+            out += self.http.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as err:
+            log.debug("http: cannot answer: %s", err)
+            self.abort()
+            return
+        self.transport.write(out)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # a line per scrape would drown the events that matter
+    def _after_response(self) -> None:
+        if self.phase == "closed" or self.transport is None:
+            return
+        if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is not h11.DONE:
+            self.phase = "closed"
+            self._cancel_timer()
+            self.transport.close()  # after what is buffered is sent
+            return
+        try:
+            self.http.start_next_cycle()
+        except h11.LocalProtocolError:
+            self.abort()
+            return
+        self._enter("idle", self.server.write_timeout if self._write_paused else self.server.idle_timeout)
+        if not self._write_paused:
+            self.transport.resume_reading()
+        self._next()
 
-    return Handler
+    def _fail(self, status: int, reason: str) -> None:
+        """A malformed or oversized request: answer it if HTTP still allows, then close."""
+        log.debug("http: bad request (%d): %s", status, reason)
+        if self.transport is not None and self.http.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            body = f"{status} bad request\n".encode()
+            try:
+                out = self.http.send(
+                    h11.Response(
+                        status_code=status,
+                        headers=[("Content-Length", str(len(body))), ("Connection", "close")],
+                    )
+                )
+                out += self.http.send(h11.Data(data=body)) + self.http.send(h11.EndOfMessage())
+                self.transport.write(out)
+            except h11.LocalProtocolError:
+                pass
+        if self.transport is not None and self.phase != "closed":
+            self.phase = "closed"
+            self._cancel_timer()
+            self.transport.close()
