@@ -2,10 +2,10 @@
 
 One event loop on one thread serves every connection (h11 parses HTTP/1.1), so idle or slow
 clients cost a file descriptor and a few kilobytes each, never a thread, and are bounded:
-- at most `max_connections` at once; a new connection over the cap closes the connection that has
-  been idle longest (keep-alive between requests, or connected and silent), else the one that has
-  been sending its request head longest; when every connection is busy answering, the new one is
-  closed at once;
+- at most `max_connections` at once (256, less under a low file-descriptor limit); a new
+  connection over the cap closes the connection that has been idle longest (keep-alive between
+  requests, or connected and silent), else the one that has been sending its request head
+  longest; when every connection is busy answering, the new one is closed at once;
 - a request head must arrive whole within `request_timeout` seconds of its first byte (of the
   connection for the first request; TLS handshake included) and be at most `max_head_bytes`
   (431 beyond); a keep-alive connection idle for `idle_timeout` seconds is closed; a response the
@@ -26,11 +26,13 @@ import email.utils
 import ipaddress
 import json
 import logging
+import resource
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -129,7 +131,7 @@ class Server:
         health_extra: Callable[[], dict[str, Any]] = dict,
         *,
         web_config: WebConfig | None = None,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_connections: int | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT,
@@ -145,7 +147,7 @@ class Server:
         self.samplers = samplers
         self.health_extra = health_extra
         self.web = web_config or NO_WEB_CONFIG
-        self.max_connections = max_connections
+        self.max_connections = max_connections if max_connections is not None else default_max_connections()
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
         self.write_timeout = write_timeout
@@ -317,6 +319,25 @@ class Server:
         return 404, b"not found\n", [("Content-Type", "text/plain; charset=utf-8")]
 
 
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def default_max_connections() -> int:
+    """256, or a quarter of the file descriptors this process may open when that is less.
+
+    The other three quarters stay for the collectors (sysfs, the kernel log, NVML, probes): a
+    crowd of HTTP clients must never make the rdma collector fail with "Too many open files".
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return DEFAULT_MAX_CONNECTIONS
+    return max(8, min(DEFAULT_MAX_CONNECTIONS, soft // 4))
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -336,6 +357,7 @@ class _Connection(asyncio.Protocol):
         # handshake); busy: answering; closed.
         self.phase = "idle"
         self.since = time.monotonic()
+        self.head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._write_paused = False
@@ -365,6 +387,13 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.phase == "idle":
             self._enter("reading", self.server.request_timeout)
+        if self.phase == "reading":
+            # h11 bounds a head still incomplete; one that arrives whole in a large read is
+            # bounded here.
+            self.head_bytes += len(data)
+            if self.head_bytes > self.server.max_head_bytes:
+                self._fail(431, f"request head over {self.server.max_head_bytes} bytes")
+                return
         self.http.receive_data(data)
         self._next()
 
@@ -397,6 +426,8 @@ class _Connection(asyncio.Protocol):
     # -- states -------------------------------------------------------------------------------
 
     def _enter(self, phase: str, timeout: float) -> None:
+        if phase == "idle":
+            self.head_bytes = 0
         self.phase = phase
         self.since = time.monotonic()
         self._arm(timeout)
@@ -517,7 +548,7 @@ class _Connection(asyncio.Protocol):
         if close:
             headers.append(("Connection", "close"))
         try:
-            out = self.http.send(h11.Response(status_code=status, headers=headers))
+            out = self.http.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
             if not head and body:
                 out += self.http.send(h11.Data(data=body))
             out += self.http.send(h11.EndOfMessage())
@@ -530,6 +561,12 @@ class _Connection(asyncio.Protocol):
     def _after_response(self) -> None:
         if self.phase == "closed" or self.transport is None:
             return
+        try:
+            # The request's end (a GET has no body) is parsed but not yet taken from h11.
+            while self.http.their_state is h11.SEND_BODY and self.http.next_event() is not h11.NEED_DATA:
+                pass
+        except h11.RemoteProtocolError:
+            pass  # closed below: their side is not DONE
         if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is not h11.DONE:
             self.phase = "closed"
             self._cancel_timer()
@@ -555,6 +592,7 @@ class _Connection(asyncio.Protocol):
                     h11.Response(
                         status_code=status,
                         headers=[("Content-Length", str(len(body))), ("Connection", "close")],
+                        reason=_reason(status),
                     )
                 )
                 out += self.http.send(h11.Data(data=body)) + self.http.send(h11.EndOfMessage())

@@ -91,13 +91,14 @@ def run_cli(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess.Comple
 class AgentProcess:
     """`clusterhealth agent` as a real subprocess, listening on a port the kernel picked."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, **popen: Any):
         self.proc = subprocess.Popen(
             [CLUSTERHEALTH, "agent", "--listen", "127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
+            **popen,
         )
         self.lines: list[str] = []
         self._port: int | None = None
