@@ -7,10 +7,11 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the test suite runs for real: promtool (prometheus), node_exporter for the
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
-# example and the end-to-end test, systemd-analyze for the unit.
+# example and the end-to-end test, systemd-analyze for the unit, curl as a TLS client of the
+# endpoint (prometheus also scrapes it over TLS).
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
-             node:nodejs npm:npm
+             node:nodejs npm:npm curl:curl
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools
 

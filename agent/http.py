@@ -466,8 +466,11 @@ class _Connection(asyncio.Protocol):
             log.debug("http: TLS handshake failed: %s", err)
             self.abort()
             return
-        self.transport = transport  # type: ignore[assignment]
-        self._enter("idle", self.server.request_timeout)
+        self.transport = transport
+        self._task = None
+        # The request may have come with the end of the handshake, and wait in h11's buffer.
+        self._enter("reading" if self.http.trailing_data[0] else "idle", self.server.request_timeout)
+        self._next()
 
     # -- HTTP ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 import yaml
@@ -207,7 +208,8 @@ class WebConfig:
         if not self.allowed_sans:
             return
         cert = ssl_object.getpeercert() if ssl_object is not None else None
-        names = {str(value) for _, value in (cert or {}).get("subjectAltName", ())}
+        sans: Any = (cert or {}).get("subjectAltName", ())
+        names = {str(entry[1]) for entry in sans}
         names |= {_normal_ip(name) for name in names}
         if not names & self.allowed_sans:
             raise ConnectionRefused(

@@ -448,7 +448,7 @@ class _Reader:
         stamp = (status.st_mtime_ns, status.st_ctime_ns)
         cached = self.cache.get(key)
         if cached is not None and cached[0] == stamp:
-            return cached[1]  # type: ignore[no-any-return]
+            return cached[1]
         names = sorted(os.listdir(dir_fd))
         self.cache.put(key, (stamp, names))
         return names
@@ -571,7 +571,8 @@ def _read_interfaces(class_net: str, cache: ReadCache) -> dict[str, _Interface]:
             )
             if ifindex is not None and iflink is not None:
                 cache.put(key, static)
-        interfaces[name] = _Interface(name, *static, mtu_bytes=_read_small_int(f"{entry}/mtu"))
+        function, dev_port, is_child = static
+        interfaces[name] = _Interface(name, function, dev_port, is_child, _read_small_int(f"{entry}/mtu"))
     return interfaces
 
 
