@@ -1,0 +1,88 @@
+"""A short load and soak of a real agent (issue 9): no error, no thread or file descriptor left behind.
+
+The full figures (100 scrapers for a minute, 100,000 scrapes, RSS) come from benchmarks/soak.py
+and live in docs/performance.md; nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+from .conftest import AgentProcess, scenario
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
+
+
+def scrape(connection: http.client.HTTPConnection) -> None:
+    connection.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+    response = connection.getresponse()
+    body = response.read()
+    assert response.status == 200
+    assert b"clusterhealth_gpu_up" in gzip.decompress(body)
+
+
+def scraper(port: int, count: int, keep_alive: bool) -> list[str]:
+    errors = []
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for _ in range(count):
+        try:
+            scrape(connection)
+        except (OSError, AssertionError, http.client.HTTPException) as err:
+            errors.append(repr(err))
+        if not keep_alive:
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.close()
+    return errors
+
+
+def census(pid: int) -> tuple[int, int]:
+    process = psutil.Process(pid)
+    return process.num_threads(), process.num_fds()
+
+
+def settled(pid: int, fds: int) -> tuple[int, int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and census(pid)[1] > fds:
+        time.sleep(0.1)
+    return census(pid)
+
+
+def test_concurrent_and_sequential_scrapes_leave_nothing_behind(
+    agent_process: Callable[..., AgentProcess], write_scenario: Callable[..., Path], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("collectors:\n  gpu: {interval_seconds: 0.5}\n  rdma: {interval_seconds: 0.5}\n")
+    agent = agent_process(
+        "--config",
+        str(config),
+        "--simulate",
+        str(write_scenario(scenario())),
+        "--sysfs-root",
+        str(FIXTURES / "cluster-node" / "sys"),
+    )
+    agent.wait_for(
+        lambda: all(
+            name in agent.metrics() for name in ("clusterhealth_rdma_port_state_id", "clusterhealth_gpu_up")
+        ),
+        what="first collections",
+    )
+    port = int(agent.url.rsplit(":", 1)[1])
+    threads, fds = census(agent.proc.pid)
+
+    # 40 concurrent scrapers, half of them opening a connection per scrape, while collectors run.
+    with ThreadPoolExecutor(40) as pool:
+        errors = [e for found in pool.map(lambda i: scraper(port, 25, i % 2 == 0), range(40)) for e in found]
+    assert errors == []
+    assert settled(agent.proc.pid, fds) == (threads, fds)
+
+    assert scraper(port, 2000, keep_alive=True) == []
+    assert settled(agent.proc.pid, fds) == (threads, fds)
+    assert agent.health()["http"]["refused_total"] == 0
