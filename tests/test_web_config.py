@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from clusterhealth.agent import webconfig
-from clusterhealth.agent.config import ConfigError
+from clusterhealth.agent.config import ConfigError, from_mapping
 
 from .conftest import AgentProcess, run_cli
 
@@ -614,3 +614,15 @@ def wait_for_targets(port: int, prometheus: subprocess.Popen[str]) -> dict[str, 
             return targets
         time.sleep(0.5)
     raise AssertionError(f"targets not scraped within 60 s: {targets}")
+
+
+def test_the_readme_example_is_a_web_config_this_agent_takes() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Securing the endpoint", 1)[1]
+    example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    parsed = from_mapping(webconfig.WebConfigFile, example, "README.md")
+    users = webconfig._users(parsed.basic_auth_users, "README.md")
+    assert bcrypt.checkpw(b"change-me", users["prometheus"])
+    assert parsed.tls_server_config is not None
+    assert parsed.tls_server_config.client_auth_type == "RequireAndVerifyClientCert"
+    assert parsed.healthz_without_basic_auth is True
