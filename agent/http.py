@@ -57,6 +57,7 @@ DEFAULT_WRITE_TIMEOUT = 30.0
 DEFAULT_MAX_HEAD_BYTES = 16 * 1024
 # Credentials waiting for bcrypt beyond this are answered 503 at once rather than queued.
 MAX_PENDING_AUTH = 32
+SWEEP_SECONDS = 0.25
 KNOWN_METHODS = frozenset({b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"TRACE", b"CONNECT"})
 ALLOW = "GET, HEAD"
 
@@ -220,14 +221,28 @@ class Server:
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
         server = await self.loop.create_server(lambda: _Connection(self), sock=self._socket)
+        sweeper = self.loop.create_task(self._sweep())
         self._started.set()
         try:
             await self._stopped.wait()
         finally:
+            sweeper.cancel()
             server.close()
             for connection in list(self.connections):
                 connection.abort()
             await server.wait_closed()
+
+    async def _sweep(self) -> None:
+        """Close connections past their deadline: a pass every quarter second costs less than a
+        timer set and cancelled for every request."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            now = time.monotonic()
+            for connection in [c for c in self.connections if c.deadline < now]:
+                log.debug(
+                    "http: closing a connection %s for %.1f s", connection.phase, now - connection.since
+                )
+                connection.abort()
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         # EMFILE on accept() lands here once per retry (asyncio pauses accepting for a second).
@@ -282,21 +297,24 @@ class Server:
 
     # -- requests -----------------------------------------------------------------------------
 
-    async def authorized(self, web: WebConfig, path: str, header: str | None) -> bool | None:
-        """True, False, or None when too many credentials already wait for bcrypt."""
+    def authorize(self, web: WebConfig, path: str, header: bytes | None) -> bool | tuple[bytes, bytes]:
+        """True or False, or the credentials bcrypt must check first (not verified before)."""
         if not web.needs_basic_auth(path):
             return True
-        credentials = web.credentials
-        parsed = Credentials.parse(header)
-        if credentials is None or parsed is None:
+        parsed = Credentials.parse(header.decode("latin-1") if header else None)
+        if web.credentials is None or parsed is None:
             return False
-        if credentials.known(*parsed):
-            return True
+        return True if web.credentials.known(*parsed) else parsed
+
+    async def verify(self, web: WebConfig, credentials: tuple[bytes, bytes]) -> bool | None:
+        """bcrypt on its own thread; None when too many credentials already wait for it."""
+        if web.credentials is None:
+            return False
         if self.auth_pending >= MAX_PENDING_AUTH:
             return None
         self.auth_pending += 1
         try:
-            return await self.loop.run_in_executor(self._auth, credentials.verify, *parsed)
+            return await self.loop.run_in_executor(self._auth, web.credentials.verify, *credentials)
         finally:
             self.auth_pending -= 1
 
@@ -338,6 +356,13 @@ def default_max_connections() -> int:
     return max(8, min(DEFAULT_MAX_CONNECTIONS, soft // 4))
 
 
+def _header(request: h11.Request, name: bytes) -> bytes | None:
+    for key, value in request.headers:
+        if key == name:
+            return bytes(value)
+    return None
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -358,7 +383,7 @@ class _Connection(asyncio.Protocol):
         self.phase = "idle"
         self.since = time.monotonic()
         self.head_bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self.deadline = self.since + server.request_timeout
         self._task: asyncio.Task[None] | None = None
         self._write_paused = False
 
@@ -405,21 +430,20 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.phase = "closed"
-        self._cancel_timer()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self.server.forget(self)
 
     def pause_writing(self) -> None:
         self._write_paused = True
-        self._arm(self.server.write_timeout)
+        self.deadline = time.monotonic() + self.server.write_timeout
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
         if self.phase == "idle":
-            self._arm(self.server.idle_timeout)
+            self.deadline = time.monotonic() + self.server.idle_timeout
         if self.transport is not None and self.phase != "closed":
             self.transport.resume_reading()
 
@@ -430,20 +454,7 @@ class _Connection(asyncio.Protocol):
             self.head_bytes = 0
         self.phase = phase
         self.since = time.monotonic()
-        self._arm(timeout)
-
-    def _arm(self, timeout: float) -> None:
-        self._cancel_timer()
-        self._timer = self.server.loop.call_later(timeout, self._expired)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _expired(self) -> None:
-        log.debug("http: closing a connection %s for %.0f s", self.phase, time.monotonic() - self.since)
-        self.abort()
+        self.deadline = self.since + timeout
 
     def abort(self) -> None:
         if self.phase != "closed" and self.transport is not None:
@@ -483,60 +494,86 @@ class _Connection(asyncio.Protocol):
                 self._fail(err.error_status_hint, str(err))
                 return
             if event is h11.NEED_DATA:
+                buffered = len(self.http.trailing_data[0])
+                if self.phase == "idle" and buffered:  # part of a pipelined request
+                    self._enter("reading", self.server.request_timeout)
+                    self.head_bytes = buffered
                 return
             if isinstance(event, h11.Request):
                 self._enter("busy", self.server.write_timeout)
-                assert self.transport is not None
-                self.transport.pause_reading()  # pipelined requests wait in the kernel, not here
-                self._task = asyncio.ensure_future(self._answer(event))
-                return
+                if not self._dispatch(event):
+                    return  # answered once bcrypt has checked the credentials
+                continue
             if isinstance(event, h11.ConnectionClosed):
                 self.abort()
                 return
             # Data or EndOfMessage of a request already answered: nothing to do.
 
-    async def _answer(self, request: h11.Request) -> None:
-        server, web = self.server, self.server.web
-        headers = {name.lower(): value for name, value in request.headers}
+    def _dispatch(self, request: h11.Request) -> bool:
+        """Answer a request now, or start checking its credentials (False while that runs)."""
         method = request.method
-        close = False
+        if method not in (b"GET", b"HEAD"):
+            code = 405 if method in KNOWN_METHODS else 501
+            # Its body, if any, is not read: the connection closes after the answer.
+            self._reply(request, code, f"{code} method not served here\n".encode(), [("Allow", ALLOW)], True)
+            return True
+        web = self.server.web
+        path = request.target.split(b"?", 1)[0].decode("latin-1")
+        decision = self.server.authorize(web, path, _header(request, b"authorization"))
+        if isinstance(decision, tuple):
+            assert self.transport is not None
+            self.transport.pause_reading()  # pipelined requests wait in the kernel, not here
+            self._task = asyncio.ensure_future(self._verify_then_answer(request, web, decision))
+            return False
+        self._answer(request, decision)
+        return True
+
+    async def _verify_then_answer(
+        self, request: h11.Request, web: WebConfig, credentials: tuple[bytes, bytes]
+    ) -> None:
         try:
-            if method not in (b"GET", b"HEAD"):
-                code = 405 if method in KNOWN_METHODS else 501
-                status, body, extra = code, f"{code} method not served here\n".encode(), [("Allow", ALLOW)]
-                close = True  # its body, if any, is not read
-            else:
-                path = request.target.split(b"?", 1)[0].decode("latin-1")
-                authorization = headers.get(b"authorization")
-                ok = await server.authorized(
-                    web, path, authorization.decode("latin-1") if authorization else None
-                )
-                if ok is None:
-                    status, body, extra = (
-                        503,
-                        b"too many requests waiting for authentication\n",
-                        [("Retry-After", "1")],
-                    )
-                elif not ok:
-                    status, body, extra = (
-                        401,
-                        b"unauthorized\n",
-                        [("WWW-Authenticate", 'Basic realm="clusterhealth"')],
-                    )
-                else:
-                    encoding = headers.get(b"accept-encoding")
-                    status, body, extra = server.respond(
-                        method, request.target, encoding.decode("latin-1") if encoding else None
-                    )
-            if self.phase == "closed":
-                return
-            self._send(status, body, extra, head=method == b"HEAD", close=close)
-        except Exception as err:  # a bug must cost one request, not the server
-            log.error("http: error answering %s %r: %r", method.decode("latin-1"), request.target, err)
-            if self.phase != "closed":
-                self._send(500, b"internal error\n", [], head=False, close=True)
+            verified = await self.server.verify(web, credentials)
         finally:
             self._task = None
+        if self.phase == "closed":
+            return
+        if verified is None:
+            self._reply(
+                request, 503, b"too many requests waiting for authentication\n", [("Retry-After", "1")]
+            )
+        else:
+            self._answer(request, verified)
+        if self.phase in ("idle", "reading") and self.transport is not None:
+            if not self._write_paused:
+                self.transport.resume_reading()
+            self._next()
+
+    def _answer(self, request: h11.Request, authorized: bool) -> None:
+        if not authorized:
+            self._reply(
+                request, 401, b"unauthorized\n", [("WWW-Authenticate", 'Basic realm="clusterhealth"')]
+            )
+            return
+        try:
+            encoding = _header(request, b"accept-encoding")
+            status, body, extra = self.server.respond(
+                request.method, request.target, encoding.decode("latin-1") if encoding else None
+            )
+        except Exception as err:  # a bug must cost one request, not the server
+            log.error("http: error answering %r: %r", request.target, err)
+            self._reply(request, 500, b"internal error\n", [], True)
+            return
+        self._reply(request, status, body, extra)
+
+    def _reply(
+        self,
+        request: h11.Request,
+        status: int,
+        body: bytes,
+        extra: list[tuple[str, str]],
+        close: bool = False,
+    ) -> None:
+        self._send(status, body, extra, head=request.method == b"HEAD", close=close)
         self._after_response()
 
     def _send(self, status: int, body: bytes, extra: list[tuple[str, str]], head: bool, close: bool) -> None:
@@ -572,7 +609,6 @@ class _Connection(asyncio.Protocol):
             pass  # closed below: their side is not DONE
         if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is not h11.DONE:
             self.phase = "closed"
-            self._cancel_timer()
             self.transport.close()  # after what is buffered is sent
             return
         try:
@@ -581,9 +617,6 @@ class _Connection(asyncio.Protocol):
             self.abort()
             return
         self._enter("idle", self.server.write_timeout if self._write_paused else self.server.idle_timeout)
-        if not self._write_paused:
-            self.transport.resume_reading()
-        self._next()
 
     def _fail(self, status: int, reason: str) -> None:
         """A malformed or oversized request: answer it if HTTP still allows, then close."""
@@ -604,5 +637,4 @@ class _Connection(asyncio.Protocol):
                 pass
         if self.transport is not None and self.phase != "closed":
             self.phase = "closed"
-            self._cancel_timer()
             self.transport.close()
