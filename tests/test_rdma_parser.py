@@ -494,8 +494,9 @@ def test_read_errors_are_skipped(monkeypatch: pytest.MonkeyPatch, code: int) -> 
         "mlx5_0/fw_ver",
     }
 
-    def fake_open(file: str, flags: int, dir_fd: int | None = None) -> int:
-        where = file if dir_fd is None else f"{os.readlink(f'/proc/self/fd/{dir_fd}')}/{file}"
+    def fake_open(file: str | bytes, flags: int, dir_fd: int | None = None) -> int:
+        name = os.fsdecode(file)
+        where = name if dir_fd is None else f"{os.readlink(f'/proc/self/fd/{dir_fd}')}/{name}"
         if any(where.endswith(path) for path in failing):
             raise OSError(code, os.strerror(code), where)
         return os.open(file, flags, dir_fd=dir_fd)
