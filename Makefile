@@ -44,6 +44,7 @@ bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
 	$(BIN)/python benchmarks/rdma_latency.py
 	$(BIN)/python benchmarks/fault_latency.py
+	$(BIN)/python benchmarks/soak.py
 
 # Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
 bench-fabric: venv

@@ -66,7 +66,17 @@ class Exposition:
         self._text = b""
         self._gzipped: bytes | None = None
 
-    def render(self, gzipped: bool = False) -> bytes:
+    def render(self, gzipped: bool = False, wait: bool = True) -> bytes:
+        """The exposition of the latest snapshots.
+
+        With `wait=False`, while a collector's new snapshot is being rendered (on its own thread,
+        for ~10 ms) the rendering before it is returned instead of waiting: the HTTP server answers
+        every connection from one thread, which must not stall behind a rendering.
+        """
+        if not wait and self._lock.locked():
+            previous = self._gzipped if gzipped else self._text
+            if previous:
+                return previous
         current = [(sampler, sampler.status()) for sampler in self._samplers()]
         # The parts change with their generation, the meta part with every finished run.
         key = tuple(

@@ -327,7 +327,7 @@ class Server:
             headers = [("Content-Type", CONTENT_TYPE), ("Vary", "Accept-Encoding")]
             if gzipped:
                 headers.append(("Content-Encoding", "gzip"))
-            return 200, self.exposition.render(gzipped), headers
+            return 200, self.exposition.render(gzipped, wait=False), headers
         if path == "/healthz":
             extra = {**self.health_extra(), "http": self.stats()}
             body = json.dumps(health(self.samplers(), extra), indent=2).encode() + b"\n"

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import psutil
 
-from clusterhealth.exporters import sim_sysfs
-from clusterhealth.exporters.nvml_sim import SCENARIO_DIR
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sim.nvml import SCENARIO_DIR
 
 CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: soak\r\nAccept-Encoding: gzip\r\n\r\n"
