@@ -30,7 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 MODES = {"staggered": "1/s each, spread", "burst": "1/s each, all at once", "saturate": "back to back"}
 CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
-SCENARIO = ROOT / "exporters" / "scenarios" / "h100-faulty.yaml"
+SCENARIO = ROOT / "exporters" / "sim" / "scenarios" / "h100-faulty.yaml"
 
 
 def start_agent(interval: float) -> tuple[subprocess.Popen[str], int]:
