@@ -409,7 +409,10 @@ class _Reader:
         """Whether a counter directory is there, and {file name: value} of its readable counters."""
         values: dict[str, int] = {}
         try:
-            dir_fd = _open(f"{self.device_dir}/{relative_dir}", _DIR_FLAGS)
+            if self.dir_fd is None:
+                dir_fd = _open(f"{self.device_dir}/{relative_dir}", _DIR_FLAGS)
+            else:
+                dir_fd = _open(relative_dir, _DIR_FLAGS, dir_fd=self.dir_fd)
         except FileNotFoundError:
             return False, values
         except OSError as error:
