@@ -273,6 +273,12 @@ def test_hundreds_of_idle_and_half_open_connections_leave_scrapes_and_rdma_worki
     agent out of file descriptors, scrapes got no answer, and rdma failed with EMFILE."""
     # A low file-descriptor limit, so that without a cap the connections below would exhaust it.
     limit = 512
+    # This process holds the 700 client ends: make sure its own limit allows them.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2048:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (2048 if hard == resource.RLIM_INFINITY else min(2048, hard), hard)
+        )
     agent = AgentProcess(
         ["--config", str(rdma_only(tmp_path)), "--sysfs-root", str(CLUSTER)],
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
