@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import yaml
 
-from clusterhealth.agent.config import ConfigError, from_mapping
+from clusterhealth.agent.config import ConfigError, _read_yaml, from_mapping
 from clusterhealth.checks.schema import setting
 
 CLIENT_AUTH_TYPES = (
@@ -232,20 +231,8 @@ def load(path: str | Path | None) -> WebConfig:
     if path is None:
         return NO_WEB_CONFIG
     source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise ConfigError(source, "", "a readable file", err.strerror or str(err)) from err
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(source, "", f"UTF-8 text (byte {err.start} is not)") from err
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"valid YAML (line {mark.line + 1})" if mark is not None else "valid YAML"
-        raise ConfigError(source, "", where, getattr(err, "problem", None) or str(err)) from err
+    # The config file's reader: UTF-8 only, duplicate keys, alias bombs and deep nesting refused.
+    data = _read_yaml(path, source)
     if data is None:
         data = {}
     if isinstance(data, dict) and "rate_limit" in data:

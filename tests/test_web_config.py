@@ -35,7 +35,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from clusterhealth.agent import webconfig
 from clusterhealth.agent.config import ConfigError, from_mapping
 
-from .conftest import AgentProcess, run_cli
+from .conftest import AgentProcess, require_tool, run_cli
 
 PASSWORD = "s3cret"
 # Cost 4, the least bcrypt takes, keeps the tests fast; the format is what htpasswd -B writes.
@@ -196,8 +196,7 @@ def https_get(
 
 
 def curl(*args: str) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("curl")
-    assert binary is not None, "curl is missing: `make test` installs the Debian curl package"
+    binary = require_tool("curl")
     return subprocess.run(
         [binary, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", *args],
         capture_output=True,
@@ -519,8 +518,7 @@ def free_port() -> int:
 def test_prometheus_scrapes_over_tls_with_basic_auth_and_a_client_certificate(
     tmp_path: Path, pki: Pki, agent: Any
 ) -> None:
-    binary = shutil.which("prometheus")
-    assert binary is not None, "prometheus is missing: `make test` installs the Debian prometheus package"
+    binary = require_tool("prometheus")
     web = web_file(
         tmp_path,
         {
@@ -626,3 +624,18 @@ def test_the_readme_example_is_a_web_config_this_agent_takes() -> None:
     assert parsed.tls_server_config is not None
     assert parsed.tls_server_config.client_auth_type == "RequireAndVerifyClientCert"
     assert parsed.healthz_without_basic_auth is True
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"basic_auth_users: {}\nbasic_auth_users: {}\n", "basic_auth_users"),  # a duplicate key
+        (b"# caf\xe9\nbasic_auth_users: {}\n", "a UTF-8 text file"),
+    ],
+)
+def test_the_web_config_is_read_like_the_config_file(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "web.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        webconfig.load(path)
+    assert expected in str(caught.value)
