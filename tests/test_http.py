@@ -196,7 +196,11 @@ def test_a_slow_request_head_is_cut_off(server: Callable[..., Server]) -> None:
             except OSError:
                 break
             time.sleep(0.2)
-        assert sock.recv(100) == b""  # closed, without an answer
+        try:
+            answer = sock.recv(100)
+        except ConnectionResetError:  # our late bytes met the closed socket
+            answer = b""
+        assert answer == b""  # closed, without an answer
 
 
 def test_idle_keep_alive_connections_are_closed(server: Callable[..., Server]) -> None:
