@@ -16,14 +16,21 @@ covered in a file of its own subject, this index says where:
 | kernel log: flood, binary garbage, overlong, absurd numbers, truncated | here (the agent) |
 | the same, one by one, and an overrun (EPIPE) | test_kmsg.py, test_kernel_watch.py (the reader) |
 | kernel log: a source that closes | here |
+| sysfs files vanishing mid-read, turned into directories or FIFOs, garbage, huge or negative | here |
+| the same, as damaged trees read by the parser | test_rdma_fuzz.py, test_rdma_parser.py |
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +42,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent.collectors import collect_once
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
 from .conftest import AgentProcess, run_cli, samples, scenario, value
 
@@ -455,3 +463,79 @@ def test_a_kernel_log_source_that_closes(
     finally:
         os.close(writer)
     assert value(agent.metrics(), "clusterhealth_scrape_collector_success", collector="kernel_log") == 1
+
+
+# --- sysfs ---------------------------------------------------------------------------------------
+
+
+def test_a_sysfs_tree_damaged_while_the_agent_reads_it(
+    agent_process: AgentFactory,
+    write_scenario: Callable[..., Path],
+    tmp_path: Path,
+    empty_node: dict[str, str],
+) -> None:
+    """A thread damages mlx5_5's counters while the agent reads the tree every half second: files
+    vanish, come back as directories, FIFOs, garbage, thousands of digits or negative numbers.
+    The other devices' values stay exact and the collector keeps succeeding."""
+    sys_root = tmp_path / "sys"
+    sim_sysfs.build(sys_root, faulty=False)
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(yaml.safe_dump({"collectors": {"rdma": {"interval_seconds": 0.5}}}))
+    agent = agent_process(
+        "--config",
+        str(config),
+        "--simulate",
+        str(write_scenario(scenario())),
+        "--sysfs-root",
+        str(sys_root),
+        "--kmsg-path",
+        empty_node["paths.kmsg"],
+    )
+    agent.wait_for(
+        lambda: all(c["success"] for c in agent.health()["collectors"].values()), what="a first read of all"
+    )
+    intact = {(n, ls): v for (n, ls), v in samples(agent.metrics()).items() if ("device", "mlx5_0") in ls}
+    counters = sys_root / "class" / "infiniband" / "mlx5_5" / "ports" / "1" / "counters"
+    files = sorted(p.name for p in counters.iterdir())
+    damage = [
+        lambda p: p.unlink(),
+        lambda p: (p.unlink(), p.mkdir()),
+        lambda p: (p.unlink(), os.mkfifo(p)),
+        lambda p: p.write_bytes(os.urandom(64)),
+        lambda p: p.write_text("9" * 5000 + "\n"),
+        lambda p: p.write_text("-42\n"),
+        lambda p: p.write_text(""),
+    ]
+    stop = threading.Event()
+
+    def vandal() -> None:
+        rng = random.Random(7)
+        while not stop.is_set():
+            path = counters / rng.choice(files)
+            with contextlib.suppress(OSError):
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    rng.choice(damage)(path)
+                else:
+                    path.write_text("7\n")
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=vandal, daemon=True)
+    thread.start()
+    reads = []
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            text = agent.metrics()
+            reads.append(value(text, "clusterhealth_scrape_collector_duration_seconds", collector="rdma"))
+            assert value(text, "clusterhealth_scrape_collector_success", collector="rdma") == 1
+            assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert len(set(reads)) >= 3, "the collector should have read the tree several times meanwhile"
+    now = samples(agent.metrics())
+    assert {k: now.get(k) for k in intact} == intact
+    assert agent.health()["status"] == "ok"
