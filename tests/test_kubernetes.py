@@ -177,3 +177,36 @@ def test_the_configmap_is_a_config_the_agent_accepts(
 def test_monitoring_objects_can_be_left_out() -> None:
     kinds = {o["kind"] for o in render("--set", "serviceMonitor.enabled=false,prometheusRule.enabled=false")}
     assert kinds == {"ServiceAccount", "ConfigMap", "Service", "DaemonSet"}
+
+
+def test_a_web_config_secret_secures_the_endpoint_and_its_probes() -> None:
+    secured = render(
+        "--set",
+        "webConfig.secretName=clusterhealth-web,webConfig.scheme=HTTPS,serviceMonitor.scheme=https",
+        "--set",
+        "serviceMonitor.tlsConfig.ca.secret.name=clusterhealth-web,serviceMonitor.tlsConfig.ca.secret.key=ca.crt",
+        "--set",
+        "serviceMonitor.basicAuth.username.name=scrape,serviceMonitor.basicAuth.username.key=user",
+        "--set",
+        "serviceMonitor.basicAuth.password.name=scrape,serviceMonitor.basicAuth.password.key=password",
+    )
+    by_kind = {o["kind"]: o for o in secured}
+    pod = by_kind["DaemonSet"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--web-config-file=/etc/clusterhealth/web/web-config.yml" in container["args"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "web-config")
+    assert mount == {"name": "web-config", "mountPath": "/etc/clusterhealth/web", "readOnly": True}
+    volume = next(v for v in pod["volumes"] if v["name"] == "web-config")
+    assert volume["secret"] == {"secretName": "clusterhealth-web", "defaultMode": 0o400}
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    endpoint = by_kind["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "clusterhealth-web", "key": "ca.crt"}}}
+    assert endpoint["basicAuth"]["password"] == {"name": "scrape", "key": "password"}
+    kubernetes_validate.validate(by_kind["DaemonSet"], KUBERNETES_VERSION, strict=True)
+    result = validate_crds([by_kind["ServiceMonitor"]])
+    assert result.returncode == 0 and json.loads(result.stdout)["valid"], result.stdout + result.stderr
+    default = next(o for o in render() if o["kind"] == "DaemonSet")
+    plain = default["spec"]["template"]["spec"]["containers"][0]
+    assert not any(a.startswith("--web-config-file") for a in plain["args"])
