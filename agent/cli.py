@@ -162,13 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from clusterhealth.agent.daemon import Agent
+    from clusterhealth.agent.daemon import Agent, raise_open_file_limit
 
     config, overrides = load_config(args)
     if args.print_config:
         sys.stdout.write(configuration.dump(config))
         return 0
     logsetup.set_level(config.log_level)
+    raise_open_file_limit()
     try:
         agent = Agent(args.config, overrides, config)
     except OSError as err:

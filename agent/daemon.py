@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -24,6 +25,26 @@ from clusterhealth.agent.notify import Notifier
 from clusterhealth.exporters.sim import nvml as nvml_sim
 
 log = logging.getLogger("clusterhealth.agent")
+
+
+# Soft limit on open files the agent raises itself to, within the hard limit (as Go programs such
+# as node_exporter do at start): the rdma collector holds its ~540 counter files open on a 10-HCA
+# node, and the HTTP server takes a quarter of the limit for connections.
+OPEN_FILES = 65536
+
+
+def raise_open_file_limit(target: int = OPEN_FILES) -> int:
+    """Raise the soft RLIMIT_NOFILE towards `target`, never above the hard limit; the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as err:
+            log.debug("cannot raise the open-file limit from %d to %d: %s", soft, wanted, err)
+            return soft
+        return wanted
+    return soft
 
 
 class Agent:

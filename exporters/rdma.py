@@ -172,6 +172,10 @@ class RdmaCollector:
             fnmatch.fnmatchcase(device, pattern) for pattern in self.include_devices
         )
 
+    def close(self) -> None:
+        """Release the counter files held open between reads."""
+        self._cache.close()
+
     def collect(self) -> list[Metric]:
         # Read eagerly (not a generator) so NoData is raised by the call itself.
         try:

@@ -163,8 +163,8 @@ class AgentProcess:
 def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     started: list[AgentProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> AgentProcess:
-        agent = AgentProcess(list(args), env)
+    def start(*args: str, env: dict[str, str] | None = None, **popen: Any) -> AgentProcess:
+        agent = AgentProcess(list(args), env, **popen)
         started.append(agent)
         return agent
 

@@ -189,3 +189,23 @@ def test_without_nvml_library_the_agent_keeps_serving(agent_process: AgentFactor
         assert all(status == 200 for status, _, _ in pool.map(lambda _: agent.get("/metrics"), range(8)))
     # Logged once, not on every 0.5 s cycle.
     assert sum("NVML Shared Library Not Found" in line for line in agent.lines) == 1
+
+
+def test_the_agent_raises_its_open_file_limit_within_the_hard_limit(
+    agent_process: AgentFactory, write_scenario: Callable[..., Path], tmp_path: Path
+) -> None:
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
+
+    agent = agent_process(
+        "--config",
+        str(config_file(tmp_path, fast_gpu())),
+        "--simulate",
+        str(write_scenario(scenario())),
+        preexec_fn=limit,
+    )
+    limits = Path(f"/proc/{agent.proc.pid}/limits").read_text()
+    (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert line.split()[3:5] == ["4096", "4096"], line

@@ -647,3 +647,50 @@ def test_a_counter_file_that_appears_is_read(tmp_path: Path) -> None:
 
 def by_name_cached(sysfs: Path, cache: ReadCache) -> dict[str, RdmaDevice]:
     return {device.name: device for device in read_rdma_devices(sysfs, cache)}
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_held_counter_files_show_values_written_in_place_and_are_released(tmp_path: Path) -> None:
+    """Counter files stay open between reads and are read again at offset 0, as sysfs regenerates
+    an attribute there; a value written into the same file shows, and nothing stays open once the
+    device is gone or the cache is closed."""
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0")
+    cache = ReadCache()
+    before = _open_fds()
+    first = only_port(by_name_cached(sysfs, cache)["mlx5_0"])
+    held = _open_fds() - before
+    assert held >= len(first.hw_counters) > 0  # one per counter file
+    counter = sysfs / "class/infiniband/mlx5_0/ports/1/counters/symbol_error"
+    with counter.open("r+") as f:  # the same inode, as the kernel updates a counter
+        f.write("4242\n")
+        f.truncate()
+    again = only_port(by_name_cached(sysfs, cache)["mlx5_0"])
+    assert (first.counters.symbol_error, again.counters.symbol_error) != (4242, 4242)
+    assert again.counters.symbol_error == 4242
+    assert _open_fds() - before == held  # the same descriptors, nothing opened again
+    shutil.rmtree(sysfs / "class/infiniband/mlx5_0/ports")
+    by_name_cached(sysfs, cache)  # the ports are gone: their files are let go
+    assert _open_fds() - before < held
+    cache.close()
+    assert _open_fds() == before
+
+
+def test_a_read_without_a_cache_holds_nothing_open() -> None:
+    before = _open_fds()
+    read_rdma_devices(CLUSTER)
+    assert _open_fds() == before
+
+
+def test_counter_files_beyond_the_budget_are_opened_for_one_read_only() -> None:
+    # Under a low open-file limit only part of the files are held; the values are the same.
+    cache = ReadCache(held_budget=60)
+    before = _open_fds()
+    fresh = read_rdma_devices(CLUSTER)
+    assert [read_rdma_devices(CLUSTER, cache) for _ in range(2)] == [fresh] * 2
+    assert 0 < cache.held <= 60
+    assert _open_fds() - before == cache.held
+    cache.close()
+    assert (cache.held, _open_fds()) == (0, before)
