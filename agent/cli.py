@@ -27,6 +27,7 @@ OVERRIDES = {
     "simulate": "simulate",
     "log_level": "log_level",
     "web_config_file": "web_config_file",
+    "node_name": "node_name",
 }
 
 
@@ -37,6 +38,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kmsg-path", metavar="FILE", help="kernel log device (default /dev/kmsg)")
     parser.add_argument("--simulate", metavar="SCENARIO.yaml", help="run on a simulated node (no GPU needed)")
     parser.add_argument("--log-level", choices=configuration.LOG_LEVELS, help="default info")
+    parser.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="this node's name in probe groups (default: $NODE_NAME, else the short hostname)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +208,13 @@ def _probe_run(args: argparse.Namespace) -> int:
     config, _ = load_config(args)
     logsetup.set_level(config.log_level)
     probe = next((p for p in config.probes if p.name == args.name), None)
+    if probe is None and any(g.name == args.name for g in config.pairwise_groups):
+        print(
+            f"clusterhealth: {args.name} is a pairwise group: its rounds run in the agent, on every "
+            "member at once (docs/fabric.md)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     if probe is None:
         known = ", ".join(p.name for p in config.probes) or "none configured"
         print(f"clusterhealth: no probe named {args.name!r} (probes: {known})", file=sys.stderr)
@@ -210,9 +223,8 @@ def _probe_run(args: argparse.Namespace) -> int:
     try:
         session = node.session if config.collectors.gpu.enabled else None
         # Through the service, so that the result is kept for `scrape` and the agent too.
-        runs = ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session)).run_probe(
-            probe
-        )
+        runner = ProbeRunner(config.probing, session, node_name=configuration.node_name(config))
+        runs = ProbeService(config.probing, config.probes, runner).run_probe(probe)
     finally:
         node.close()
     if args.json:

@@ -52,7 +52,7 @@ class Agent:
         self.config_path, self.overrides, self.config = config_path, overrides, config
         self.loaded_at = time.time()
         self.node = Node(config)
-        self.exposition = Exposition(lambda: self.collectors.active)
+        self.exposition = Exposition(lambda: self.collectors.active, lambda: self.config.node_name)
         # Render on the sampler's thread right after each snapshot, so no scrape waits for it.
         self.collectors = Collectors(self.node, self.exposition.refresh)
         self._stop = threading.Event()
@@ -145,7 +145,7 @@ def scrape_once(config: configuration.Config) -> bytes:
     """One collection of every enabled collector, rendered; for `clusterhealth scrape`."""
     node, samplers = collect_once(config)
     try:
-        return Exposition(lambda: samplers).render()
+        return Exposition(lambda: samplers, lambda: config.node_name).render()
     finally:
         node.close()
 
