@@ -644,7 +644,7 @@ def _with_members(config: Config, source: str) -> Config:
             except (OSError, UnicodeDecodeError) as err:
                 why = getattr(err, "strerror", None) or str(err)
                 raise ConfigError(
-                    source, f"{key}.members_file", "a readable members file", f"{path}: {why}"
+                    source, f"{key}.members_file", f"a readable members file ({path}: {why})"
                 ) from err
             try:
                 members = parse_members(text)
