@@ -22,6 +22,7 @@ from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.notify import Notifier
+from clusterhealth.checks.probes import runner
 from clusterhealth.exporters.sim import nvml as nvml_sim
 
 log = logging.getLogger("clusterhealth.agent")
@@ -101,6 +102,9 @@ class Agent:
         log.info("shutting down")
         notifier.notify("STOPPING=1")
         self.server.stop()
+        # Probe processes run in sessions of their own: end them, or a probe server waiting for a
+        # client would outlive the agent and hold its port.
+        runner.stop_all()
         self.collectors.stop()
         self.node.close()
         return 0

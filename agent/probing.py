@@ -123,6 +123,8 @@ class ProbeRunner:
         result = run(
             argv, timeout=probe.timeout_seconds, env=probe.env, max_output_bytes=self.probing.max_output_bytes
         )
+        if result.cancelled:
+            return skipped("the agent stopped during the run"), result.command
         parsed = parse(probe.kind, result.output) if result.error is None else None
         configured = parse_bandwidth(probe.expect) if probe.expect != "learn" else None
         expected = configured if configured is not None else self.baselines.expected(probe.name, peer)

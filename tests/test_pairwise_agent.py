@@ -538,3 +538,25 @@ def test_every_family_is_one_family_with_a_probe_and_a_group(tmp_path: Path) -> 
         "round",
         "members",
     }
+
+
+def test_stopping_the_agent_ends_the_probe_server_it_started(
+    tmp_path: Path, agent_process: Callable[..., AgentProcess]
+) -> None:
+    # The probe processes run in sessions of their own; a server still waiting for its partner
+    # must not outlive the agent and hold the group's port.
+    import psutil
+
+    spec = group("fabric", {"a": "127.0.0.71", "never": "127.0.0.72"})
+    agent = agent_process("--config", str(node_config(tmp_path, "a", [spec])))
+    parent = psutil.Process(agent.proc.pid)
+    children: list[psutil.Process] = []
+
+    def probing() -> bool:
+        children[:] = [c for c in parent.children(recursive=True) if "iperf3" in c.name()]
+        return bool(children)
+
+    agent.wait_for(probing, timeout=3 * PERIOD, what="an iperf3 child")
+    assert agent.stop() == 0
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left behind: {[c.cmdline() for c in alive]}"

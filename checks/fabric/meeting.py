@@ -76,6 +76,8 @@ def serve(
             break
         result = run(end.argv, timeout=remaining, env=end.env, max_output_bytes=end.max_output_bytes)
         command = result.command
+        if result.cancelled:
+            return EndResult(skipped("the agent stopped during the meeting"), command, len(outcomes))
         if result.error is not None:
             return EndResult(ProbeOutcome("failed", f"the server did not start: {result.error}"), command, 0)
         parse = end.kind.parse(result.output)
@@ -134,6 +136,8 @@ def connect(
                 end.argv, timeout=timing.run_seconds, env=end.env, max_output_bytes=end.max_output_bytes
             )
             command = result.command
+            if result.cancelled:
+                return EndResult(skipped("the agent stopped during the meeting"), command, len(outcomes))
             if result.error is not None:
                 outcome = ProbeOutcome("failed", f"the client did not start: {result.error}")
                 return EndResult(outcome, command, len(outcomes))
