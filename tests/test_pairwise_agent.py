@@ -558,5 +558,5 @@ def test_stopping_the_agent_ends_the_probe_server_it_started(
 
     agent.wait_for(probing, timeout=3 * PERIOD, what="an iperf3 child")
     assert agent.stop() == 0
-    gone, alive = psutil.wait_procs(children, timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left behind: {[c.cmdline() for c in alive]}"
