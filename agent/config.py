@@ -637,7 +637,7 @@ def _with_members(config: Config, source: str) -> Config:
             raise ConfigError(
                 source, f"{key}.name", "a name no probe has (both are the probe label)", group.name
             )
-        if group.members_file is not None:
+        if group.members_file is not None and group.enabled:
             path = group.members_file
             try:
                 text = Path(path).read_text()
