@@ -12,7 +12,6 @@ constructor argument of GroupRounds).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from clusterhealth.checks.fabric.schedule import RoundTiming, round_at
 from clusterhealth.checks.probe_parsers import iperf3 as iperf3_kind
 from clusterhealth.checks.probes import ProbeLock, ProbeOutcome
 
-from .conftest import CLUSTERHEALTH, AgentProcess, run_cli, samples, value
+from .conftest import CLUSTERHEALTH, AgentProcess, require_tool, run_cli, samples, value
 
 PERIOD = 12.0
 # iperf3 paced to 200 Mbit/s for one second: cheap on two cores, far from the configured expectation's
@@ -44,10 +43,7 @@ EXPECT = "200 Mb/s"
 
 
 def iperf3() -> str:
-    path = shutil.which("iperf3")
-    if path is None:
-        pytest.fail("iperf3 is missing: `make test` installs the Debian iperf3 package")
-    return path
+    return require_tool("iperf3")
 
 
 def free_port() -> int:

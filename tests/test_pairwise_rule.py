@@ -1,7 +1,5 @@
-"""The pairwise host rule in PromQL (docs/fabric.md), run by `promtool test rules`.
-
-The expression is read from docs/fabric.md, where operators copy it from, so the text they copy is
-the text tested. The series are what agents export (SPEC "Fabric"): each meeting's
+"""The pairwise host rule in PromQL (deploy/prometheus/mixin.py, shown in docs/fabric.md), run by
+`promtool test rules`. The series are what agents export (SPEC "Fabric"): each meeting's
 `clusterhealth_probe_peer_success{probe,peer}` from both ends for part of a 15-minute round, and
 `clusterhealth_node_info{node}`. Groups of five nodes (one sits out each round):
 
@@ -15,15 +13,14 @@ the text tested. The series are what agents export (SPEC "Fabric"): each meeting
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, require_tool
+from .mixin import mixin
 
 DOC = ROOT / "docs" / "fabric.md"
 ROUNDS = [
@@ -35,12 +32,18 @@ ROUNDS = [
 
 
 def rule_expression() -> str:
+    return str(mixin._pairwise_host(mixin.Config()))
+
+
+def test_the_doc_shows_the_generated_rule() -> None:
     text = DOC.read_text()
     m = re.search(
-        r"<!-- pairwise-host-rule:start -->\n```promql\n(.*?)```\n<!-- pairwise-host-rule:end -->", text, re.S
+        r"<!-- pairwise-host-rule:start -->\n```promql\n(.*?)\n```\n<!-- pairwise-host-rule:end -->",
+        text,
+        re.S,
     )
     assert m, "docs/fabric.md lost its pairwise host rule"
-    return m.group(1)
+    assert m.group(1) == rule_expression(), "paste mixin._pairwise_host(Config()) into docs/fabric.md"
 
 
 def _series(probe: str, fails: Callable[[str, str], bool]) -> list[dict[str, str]]:
@@ -61,9 +64,7 @@ def _series(probe: str, fails: Callable[[str, str], bool]) -> list[dict[str, str
 
 
 def test_the_pairwise_host_rule_names_the_bad_host_only(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is missing: `make test` installs the Debian prometheus package")
+    promtool = require_tool("promtool")
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         yaml.safe_dump(
@@ -93,7 +94,7 @@ def test_the_pairwise_host_rule_names_the_bad_host_only(tmp_path: Path) -> None:
         confirming = " ".join(["_"] * 38 + ["0"] * 5 + ["_"] * 17)
         path.append({"series": f"clusterhealth_probe_peer_success{{{labels}}}", "values": confirming})
     fleet = _series("slowfleet", lambda a, b: True)
-    suspect = {"job": "clusterhealth", "instance": "h1:9845", "probe": "hostfault"}
+    suspect = {"job": "clusterhealth", "instance": "h1:9845", "probe": "hostfault", "pairwise": "host"}
     tests = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
