@@ -238,6 +238,10 @@ def test_two_agents_meet_and_export_the_fabric_series(fleet: Fleet) -> None:
         assert value(text, "clusterhealth_probe_group_members", probe="healthy") == 2.0
         assert value(text, "clusterhealth_probe_success", probe="healthy") == 1.0
         assert "meeting serving" in agent.log() and "meeting connecting to" in agent.log()
+        # What a group costs Prometheus per node, whatever the group's size (docs/fabric.md): 13
+        # series of the group and the node's name.
+        group_series = [n for n, ls in samples(text) if dict(ls).get("probe") == "healthy"]
+        assert len(group_series) + 1 == 14, group_series
 
 
 def test_a_busy_node_sits_out_and_its_partner_records_skipped(fleet: Fleet) -> None:
@@ -556,3 +560,9 @@ def test_stopping_the_agent_ends_the_probe_server_it_started(
     assert agent.stop() == 0
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left behind: {[c.cmdline() for c in alive]}"
+
+
+def test_probe_run_of_a_group_says_it_runs_in_the_agent(tmp_path: Path) -> None:
+    config = node_config(tmp_path, "a", [group("fabric", {"a": "10.0.0.1", "b": "10.0.0.2"})])
+    done = run_cli("probe", "run", "fabric", "--config", str(config))
+    assert done.returncode == 2 and "fabric is a pairwise group: its rounds run in the agent" in done.stderr
