@@ -27,6 +27,7 @@ OVERRIDES = {
     "simulate": "simulate",
     "log_level": "log_level",
     "web_config_file": "web_config_file",
+    "node_name": "node_name",
 }
 
 
@@ -37,6 +38,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kmsg-path", metavar="FILE", help="kernel log device (default /dev/kmsg)")
     parser.add_argument("--simulate", metavar="SCENARIO.yaml", help="run on a simulated node (no GPU needed)")
     parser.add_argument("--log-level", choices=configuration.LOG_LEVELS, help="default info")
+    parser.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="this node's name in probe groups (default: $NODE_NAME, else the short hostname)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +115,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="analyse what can be read when some results cannot be tied",
     )
 
+    lab = sub.add_parser(
+        "lab",
+        help="build N hosts as network namespaces running agents with a pairwise group, degrade a host "
+        "or a path, print analyze's verdict (root)",
+        description="Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or not root, 3 no verdict, "
+        "4 the lab could not be built or run, 130 interrupted. Everything it made is removed at the end.",
+    )
+    lab.add_argument("--hosts", type=int, required=True, metavar="N", help="hosts h1..hN (2 to 64)")
+    degrade = lab.add_mutually_exclusive_group()
+    degrade.add_argument("--degrade-host", metavar="NAME", help="shape this host's link to half the rate")
+    degrade.add_argument(
+        "--degrade-path",
+        metavar="A-B",
+        help="shape the path between two hosts, e.g. h2-h5, or 'first': the pair that meets first",
+    )
+    lab.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds to wait (default 5)")
+    lab.add_argument(
+        "--period", type=float, default=20.0, metavar="SECONDS", help="round period (default 20, the least)"
+    )
+    lab.add_argument(
+        "--rate",
+        type=float,
+        default=100.0,
+        metavar="MBIT",
+        help="every host link's rate (default 100 Mbit/s)",
+    )
+    lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
+
     demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
     demo.add_argument("--listen", metavar="HOST:PORT", default=f"127.0.0.1:{configuration.DEFAULT_PORT}")
     demo.add_argument("--scenario", metavar="NAME|FILE", default="h100-faulty", help="default h100-faulty")
@@ -151,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 step_text=args.step,
                 allow_partial=args.allow_partial,
             )
+        if args.command == "lab":
+            return _lab(args)
         if args.command == "demo":
             from clusterhealth.agent.demo import run_demo
 
@@ -202,6 +238,13 @@ def _probe_run(args: argparse.Namespace) -> int:
     config, _ = load_config(args)
     logsetup.set_level(config.log_level)
     probe = next((p for p in config.probes if p.name == args.name), None)
+    if probe is None and any(g.name == args.name for g in config.pairwise_groups):
+        print(
+            f"clusterhealth: {args.name} is a pairwise group: its rounds run in the agent, on every "
+            "member at once (docs/fabric.md)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     if probe is None:
         known = ", ".join(p.name for p in config.probes) or "none configured"
         print(f"clusterhealth: no probe named {args.name!r} (probes: {known})", file=sys.stderr)
@@ -210,9 +253,8 @@ def _probe_run(args: argparse.Namespace) -> int:
     try:
         session = node.session if config.collectors.gpu.enabled else None
         # Through the service, so that the result is kept for `scrape` and the agent too.
-        runs = ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session)).run_probe(
-            probe
-        )
+        runner = ProbeRunner(config.probing, session, node_name=configuration.node_name(config))
+        runs = ProbeService(config.probing, config.probes, runner).run_probe(probe)
     finally:
         node.close()
     if args.json:
@@ -232,6 +274,25 @@ def _probe_run(args: argparse.Namespace) -> int:
             where = f" to {r.peer}" if r.peer else ""
             print(f"{r.probe}{where}: {r.outcome.result}: {r.outcome.reason} ({r.duration_seconds:.1f}s)")
     return max(PROBE_EXIT[r.outcome.result] for r in runs)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from clusterhealth.agent import lab
+
+    try:
+        path = lab.parse_path(args.degrade_path) if args.degrade_path else None
+    except ValueError as err:
+        print(f"clusterhealth lab: {err}", file=sys.stderr)
+        return lab.EXIT_USAGE
+    spec = lab.LabSpec(
+        hosts=args.hosts,
+        rounds=args.rounds,
+        period=args.period,
+        rate_mbit=args.rate,
+        degrade_host=args.degrade_host,
+        degrade_path=path,
+    )
+    return lab.main(spec, args.json)
 
 
 def _probe_parse(args: argparse.Namespace) -> int:

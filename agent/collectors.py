@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_type_hints
 
-from clusterhealth.agent.config import Config
+from clusterhealth.agent.config import Config, node_name
 from clusterhealth.agent.node import Node
+from clusterhealth.agent.pairwise import GroupRounds
 from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import AuditCollector
@@ -101,7 +102,13 @@ def _audit(config: Config, node: Node) -> AuditCollector:
 
 def _probes(config: Config, node: Node) -> ProbeService:
     session = node.session if config.collectors.gpu.enabled else None
-    return ProbeService(config.probing, config.probes, ProbeRunner(config.probing, session))
+    name = node_name(config)
+    runner = ProbeRunner(config.probing, session, node_name=name)
+    # Pairwise groups share the probes' families, lock, idle guard and baselines: one collector
+    # exports both, since an exposition holds each family once.
+    state_dir = Path(config.probing.state_dir)
+    groups = [GroupRounds(g, name, runner, state_dir) for g in config.pairwise_groups if g.enabled]
+    return ProbeService(config.probing, config.probes, runner, groups)
 
 
 COLLECTORS: tuple[Entry, ...] = (
@@ -151,9 +158,16 @@ COLLECTORS: tuple[Entry, ...] = (
     Entry(
         "probes",
         _probes,
-        inputs=lambda c: (c.collectors.probes, c.collectors.gpu.enabled, c.probing, c.probes),
-        source="subprocesses (nccl-tests, ib_write_bw, iperf3, ...) on the probes' schedule; "
-        "results kept in `probing.state_dir`",
+        inputs=lambda c: (
+            c.collectors.probes,
+            c.collectors.gpu.enabled,
+            c.probing,
+            c.probes,
+            c.pairwise_groups,
+            c.node_name,
+        ),
+        source="subprocesses (nccl-tests, ib_write_bw, iperf3, ...) on the probes' schedule and the "
+        "pairwise groups' rounds; results kept in `probing.state_dir`",
     ),
 )
 NAMES = tuple(entry.name for entry in COLLECTORS)

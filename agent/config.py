@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import reprlib
+import socket
 import sys
 import types
 from collections.abc import Mapping
@@ -24,6 +26,8 @@ import yaml
 from apscheduler.triggers.cron import CronTrigger
 
 from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.fabric.members import MembershipError, check_members, parse_members
+from clusterhealth.checks.fabric.schedule import RoundTiming, check_node_name
 from clusterhealth.checks.policy import Policy
 from clusterhealth.checks.schema import setting
 
@@ -280,6 +284,126 @@ class ProbeConfig:
     )
 
 
+GROUP_PLACEHOLDERS = ("peer", "peer_node", "address", "node", "port")
+PAIRWISE_KINDS = tuple(name for name, kind in probe_parsers.REGISTRY.items() if kind.pairwise)
+
+
+def _check_group_argv(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return "the command and its arguments, e.g. [iperf3, -s, -1, -p, '{port}', -J]"
+    for argument in value:
+        for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
+            if name not in GROUP_PLACEHOLDERS:
+                return f"placeholders among {{{'}, {'.join(GROUP_PLACEHOLDERS)}}} (found {{{name}}})"
+    return None
+
+
+def _check_inline_members(value: dict[str, str]) -> str | None:
+    try:
+        check_members(value)
+    except MembershipError as err:
+        return f"a mapping of node name to probe address ({err})"
+    return None
+
+
+@dataclass(frozen=True)
+class PairwiseGroupConfig:
+    name: str = setting(
+        "",
+        doc="the group's name: the probe label of its results, and the seed of its pairings",
+        check=_check_name,
+    )
+    kind: str = setting(
+        "iperf3",
+        doc="how its output is read (kinds that run as a server and a client)",
+        choices=PAIRWISE_KINDS,
+    )
+    enabled: bool = setting(True, doc="take part in this group's rounds")
+    members: dict[str, str] = setting(
+        default_factory=dict,
+        doc="node name -> the address its probe server listens on (or members_file)",
+        check=_check_inline_members,
+    )
+    members_file: str | None = setting(
+        None,
+        doc="a YAML file of 'node name: address' lines, read at start and on SIGHUP (instead of members)",
+    )
+    period_seconds: float = setting(
+        900.0, doc="a round's length: each node meets one partner per round", min=10, max=86400
+    )
+    port: int = setting(
+        5201, doc="the port the server end listens on for the regular meeting", min=1, max=65535
+    )
+    confirm_port: int = setting(
+        5202,
+        doc="the port of the confirming meeting (mid-round), apart from the regular one",
+        min=1,
+        max=65535,
+    )
+    server_argv: tuple[str, ...] = setting(
+        (),
+        doc="the server end's command, serving one test and exiting; {port}, {address} (this node's), "
+        "{node}, {peer} (the partner's address) and {peer_node} are filled in",
+        check=_check_group_argv,
+    )
+    client_argv: tuple[str, ...] = setting(
+        (),
+        doc="the client end's command, run against the partner's server; same placeholders",
+        check=_check_group_argv,
+    )
+    timeout_seconds: float = setting(
+        30.0, doc="the longest one run may take (the tool's duration and its set-up)", min=1, max=3600
+    )
+    confirm_runs: int = setting(3, doc="runs of a confirming meeting (its best one counts)", min=1, max=10)
+    skew_seconds: float = setting(
+        5.0, doc="clock difference between any two members that rounds tolerate", min=0, max=300
+    )
+    startup_seconds: float = setting(
+        2.0, doc="time for the idle guard, the lock and the server process to start", min=0.1, max=60
+    )
+    expect: str = setting(
+        "learn",
+        doc="expected bandwidth ('400 Gb/s'), or learn: the median of this node's last good meetings "
+        "with any partner of the group",
+        check=_check_expect,
+    )
+    degraded_fraction: float | None = setting(
+        None,
+        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
+        min=0.01,
+        max=1,
+    )
+    env: dict[str, str] = setting(default_factory=dict, doc="environment variables added for both ends")
+
+    def timing(self) -> RoundTiming:
+        return RoundTiming(
+            self.period_seconds,
+            self.timeout_seconds,
+            skew=self.skew_seconds,
+            startup=self.startup_seconds,
+            confirm_runs=self.confirm_runs,
+        )
+
+
+def _check_groups(groups: tuple[PairwiseGroupConfig, ...]) -> str | None:
+    names = [g.name for g in groups]
+    for i, group in enumerate(groups):
+        where = f"pairwise_groups[{i}]" + (f", {group.name}," if group.name else "")
+        if not group.name:
+            return f"a name for every group ({where} has none)"
+        if not group.server_argv or not group.client_argv:
+            return f"a server_argv and a client_argv for every group ({where} lacks one)"
+        if group.port == group.confirm_port:
+            return f"port and confirm_port to differ ({where} has {group.port} for both)"
+        if group.members and group.members_file is not None:
+            return f"members or members_file, not both ({where} has both)"
+        if (problem := group.timing().problem()) is not None:
+            return f"{problem} ({where} has period_seconds {group.period_seconds:g})"
+    if len(set(names)) != len(names):
+        return "group names to be unique"
+    return None
+
+
 @dataclass(frozen=True)
 class ProbingConfig:
     state_dir: str = setting(
@@ -339,6 +463,12 @@ class Config:
         "(tls_server_config, basic_auth_users); re-read on SIGHUP",
     )
     log_level: str = setting("info", doc="lowest level logged to stderr", choices=LOG_LEVELS)
+    node_name: str | None = setting(
+        None,
+        doc="this node's name in pairwise probe groups and clusterhealth_node_info (--node-name); "
+        "default: the NODE_NAME environment variable, else the short hostname",
+        check=lambda v: check_node_name(v) if v is not None else None,
+    )
     simulate: str | None = setting(
         None, doc="path of a simulated-node scenario (YAML); replaces the NVML library, for demos and tests"
     )
@@ -350,6 +480,11 @@ class Config:
         (),
         doc="fabric probes run on a schedule when the node is idle (see the sample config)",
         check=_check_probes,
+    )
+    pairwise_groups: tuple[PairwiseGroupConfig, ...] = setting(
+        (),
+        doc="groups of nodes that measure each other in rotating pairs (docs/fabric.md)",
+        check=_check_groups,
     )
 
 
@@ -482,7 +617,63 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             node[part] = child = child if isinstance(child, dict) else {}
             node = child
         node[leaf] = value
-    return from_mapping(Config, data, source)
+    config = from_mapping(Config, data, source)
+    if config.node_name is None:
+        config = dataclasses.replace(config, node_name=default_node_name())
+    return _with_members(config, source)
+
+
+def _with_members(config: Config, source: str) -> Config:
+    """Check the group names against the probes' and read each group's members file.
+
+    The members are read with the rest of the file, so that a bad inventory stops the agent at
+    start (exit 2) and a bad one on SIGHUP leaves the running configuration in place.
+    """
+    probe_names = {p.name for p in config.probes}
+    groups = []
+    for i, group in enumerate(config.pairwise_groups):
+        key = f"pairwise_groups[{i}]"
+        if group.name in probe_names:
+            raise ConfigError(
+                source, f"{key}.name", "a name no probe has (both are the probe label)", group.name
+            )
+        if group.members_file is not None and group.enabled:
+            path = group.members_file
+            try:
+                text = Path(path).read_text()
+            except (OSError, UnicodeDecodeError) as err:
+                why = getattr(err, "strerror", None) or str(err)
+                raise ConfigError(
+                    source, f"{key}.members_file", f"a readable members file ({path}: {why})"
+                ) from err
+            try:
+                members = parse_members(text)
+            except MembershipError as err:
+                raise ConfigError(
+                    source, f"{key}.members_file", f"a members file of 'name: address' lines ({path}: {err})"
+                ) from err
+            group = dataclasses.replace(group, members=members)
+        groups.append(group)
+    return dataclasses.replace(config, pairwise_groups=tuple(groups))
+
+
+def default_node_name() -> str:
+    """The node's name when neither the file nor --node-name gives one: `NODE_NAME` (a DaemonSet
+    sets it from the downward API, spec.nodeName), else the short hostname."""
+    from_env = os.environ.get("NODE_NAME")
+    if from_env is not None:
+        if (problem := check_node_name(from_env)) is not None:
+            raise ConfigError("the environment", "NODE_NAME", problem, from_env)
+        return from_env
+    hostname = socket.gethostname().split(".", 1)[0]
+    if (problem := check_node_name(hostname)) is not None:
+        raise ConfigError("the host name", "node_name", f"{problem}; set --node-name", hostname)
+    return hostname
+
+
+def node_name(config: Config) -> str:
+    """The node's name: the config's (load() fills it in), else the default."""
+    return config.node_name if config.node_name is not None else default_node_name()
 
 
 def from_mapping(cls: type[T], data: Any, source: str, prefix: str = "") -> T:

@@ -22,6 +22,7 @@ from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.notify import Notifier
+from clusterhealth.checks.probes import runner
 from clusterhealth.exporters.sim import nvml as nvml_sim
 
 log = logging.getLogger("clusterhealth.agent")
@@ -52,7 +53,7 @@ class Agent:
         self.config_path, self.overrides, self.config = config_path, overrides, config
         self.loaded_at = time.time()
         self.node = Node(config)
-        self.exposition = Exposition(lambda: self.collectors.active)
+        self.exposition = Exposition(lambda: self.collectors.active, lambda: self.config.node_name)
         # Render on the sampler's thread right after each snapshot, so no scrape waits for it.
         self.collectors = Collectors(self.node, self.exposition.refresh)
         self._stop = threading.Event()
@@ -101,6 +102,9 @@ class Agent:
         log.info("shutting down")
         notifier.notify("STOPPING=1")
         self.server.stop()
+        # Probe processes run in sessions of their own: end them, or a probe server waiting for a
+        # client would outlive the agent and hold its port.
+        runner.stop_all()
         self.collectors.stop()
         self.node.close()
         return 0
@@ -145,7 +149,7 @@ def scrape_once(config: configuration.Config) -> bytes:
     """One collection of every enabled collector, rendered; for `clusterhealth scrape`."""
     node, samplers = collect_once(config)
     try:
-        return Exposition(lambda: samplers).render()
+        return Exposition(lambda: samplers, lambda: config.node_name).render()
     finally:
         node.close()
 

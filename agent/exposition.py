@@ -31,11 +31,20 @@ class _Families:
         return self._families
 
 
-def meta_families(statuses: Sequence[Status]) -> list[Metric]:
+def meta_families(statuses: Sequence[Status], node_name: str | None = None) -> list[Metric]:
     build = GaugeMetricFamily(
         "clusterhealth_build_info", "clusterhealth version, value 1.", labels=["version"]
     )
     build.add_metric([__version__], 1.0)
+    # Beside build_info, always: `clusterhealth analyze` ties every target's pairwise results to the
+    # node name its partners know it by, whatever collectors run.
+    node = GaugeMetricFamily(
+        "clusterhealth_node_info",
+        "The name this node has in pairwise probe groups (--node-name), value 1.",
+        labels=["node"],
+    )
+    if node_name is not None:
+        node.add_metric([node_name], 1.0)
     success = GaugeMetricFamily(
         "clusterhealth_scrape_collector_success",
         "1 if the collector's last run succeeded (0 also while a run is hung past its timeout).",
@@ -52,14 +61,17 @@ def meta_families(statuses: Sequence[Status]) -> list[Metric]:
         success.add_metric([status.name], 1.0 if status.success else 0.0)
         if status.snapshot is not None:
             duration.add_metric([status.name], status.snapshot.duration_seconds)
-    return [build, success, duration]
+    return [build, node, success, duration]
 
 
 class Exposition:
     """Renders the samplers' snapshots, reusing what has not changed."""
 
-    def __init__(self, samplers: Callable[[], Sequence[Sampler]]):
+    def __init__(
+        self, samplers: Callable[[], Sequence[Sampler]], node_name: Callable[[], str | None] = lambda: None
+    ):
         self._samplers = samplers
+        self._node_name = node_name
         self._lock = threading.Lock()
         self._key: tuple[object, ...] | None = None
         self._parts: dict[int, tuple[object, bytes]] = {}  # id(sampler) -> (its key, its text)
@@ -79,13 +91,17 @@ class Exposition:
                 return previous
         current = [(sampler, sampler.status()) for sampler in self._samplers()]
         # The parts change with their generation, the meta part with every finished run.
-        key = tuple(
-            (_part_key(sampler, status), status.snapshot.duration_seconds if status.snapshot else None)
-            for sampler, status in current
+        node_name = self._node_name()
+        key = (
+            node_name,
+            *(
+                (_part_key(sampler, status), status.snapshot.duration_seconds if status.snapshot else None)
+                for sampler, status in current
+            ),
         )
         with self._lock:
             if key != self._key:
-                self._text = self._render(current)
+                self._text = self._render(current, node_name)
                 self._gzipped = None
                 self._key = key
             if not gzipped:
@@ -94,8 +110,8 @@ class Exposition:
                 self._gzipped = gzip.compress(self._text, compresslevel=5)
             return self._gzipped
 
-    def _render(self, current: list[tuple[Sampler, Status]]) -> bytes:
-        parts = [generate_latest(_Families(meta_families([status for _, status in current])))]
+    def _render(self, current: list[tuple[Sampler, Status]], node_name: str | None) -> bytes:
+        parts = [generate_latest(_Families(meta_families([status for _, status in current], node_name)))]
         fresh: dict[int, tuple[object, bytes]] = {}
         for sampler, status in current:
             part_key = _part_key(sampler, status)

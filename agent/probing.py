@@ -16,9 +16,10 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -65,8 +66,15 @@ class PeerRun:
 class ProbeRunner:
     """Runs one configured probe now, against each of its peers in turn."""
 
-    def __init__(self, probing: ProbingConfig, session: NvmlSession | None, gpu_count: int | None = None):
+    def __init__(
+        self,
+        probing: ProbingConfig,
+        session: NvmlSession | None,
+        gpu_count: int | None = None,
+        node_name: str | None = None,
+    ):
         self.probing = probing
+        self.node_name = node_name or socket.gethostname().split(".", 1)[0]
         state = Path(probing.state_dir)
         self.baselines = BaselineStore(state, probing.baseline_window, probing.baseline_min_runs)
         self.lock_path = state / LOCK_FILE
@@ -105,7 +113,7 @@ class ProbeRunner:
         if busy is not None:
             return skipped(busy), ""
         try:
-            argv = template(probe.argv, {"peer": peer, "node": socket.gethostname(), "gpus": self._gpus()})
+            argv = template(probe.argv, {"peer": peer, "node": self.node_name, "gpus": self._gpus()})
         except ValueError as err:
             return ProbeOutcome("failed", f"cannot build the command: {err}"), ""
         # The guard again, right before launch: a job may have started while the lock was taken.
@@ -115,6 +123,8 @@ class ProbeRunner:
         result = run(
             argv, timeout=probe.timeout_seconds, env=probe.env, max_output_bytes=self.probing.max_output_bytes
         )
+        if result.cancelled:
+            return skipped("the agent stopped during the run"), result.command
         parsed = parse(probe.kind, result.output) if result.error is None else None
         configured = parse_bandwidth(probe.expect) if probe.expect != "learn" else None
         expected = configured if configured is not None else self.baselines.expected(probe.name, peer)
@@ -275,8 +285,15 @@ class ProbeService:
 
     name = "probes"
 
-    def __init__(self, probing: ProbingConfig, probes: tuple[ProbeConfig, ...], runner: ProbeRunner):
+    def __init__(
+        self,
+        probing: ProbingConfig,
+        probes: tuple[ProbeConfig, ...],
+        runner: ProbeRunner,
+        groups: Sequence[Rounds] = (),
+    ):
         self.probing, self.probes, self.runner = probing, probes, runner
+        self.groups = tuple(groups)
         self.results = ResultStore(Path(probing.state_dir))
         # One worker: the scheduler never starts a second probe while one runs (the lock file
         # also keeps out `clusterhealth probe run` and other agents).
@@ -291,12 +308,16 @@ class ProbeService:
                 )
 
     def start(self) -> None:
+        for group in self.groups:
+            group.start()
         if self.scheduler.get_jobs():
             self.scheduler.start()
             for job in self.scheduler.get_jobs():
                 log.info("probe %s scheduled, next run at %s", job.id, job.next_run_time)
 
     def close(self) -> None:
+        for group in self.groups:
+            group.close()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
@@ -308,59 +329,130 @@ class ProbeService:
         return runs
 
     def collect(self) -> list[Metric]:
-        success = GaugeMetricFamily(
-            "clusterhealth_probe_success",
-            "1 if the probe's last run completed and met its expectation.",
-            labels=["probe"],
-        )
-        runs = CounterMetricFamily(
-            "clusterhealth_probe_runs_total", "Probe runs by result.", labels=["probe", "result"]
-        )
-        last_run = GaugeMetricFamily(
-            "clusterhealth_probe_last_run_timestamp_seconds",
-            "When the probe last ran (Unix time).",
-            labels=["probe"],
-        )
-        duration = GaugeMetricFamily(
-            "clusterhealth_probe_duration_seconds", "How long the probe's last run took.", labels=["probe"]
-        )
-        bandwidth = GaugeMetricFamily(
-            "clusterhealth_probe_bandwidth_bytes_per_second",
-            f"Headline bandwidth of the last completed run, by kind: {probe_parsers.headline_help()}.",
-            labels=["probe", "peer"],
-        )
-        expected = GaugeMetricFamily(
-            "clusterhealth_probe_expected_bandwidth_bytes_per_second",
-            "The configured or learned bandwidth the probe is held to.",
-            labels=["probe"],
-        )
-        wrong = GaugeMetricFamily(
-            "clusterhealth_probe_wrong_values", "nccl-tests #wrong of the last run, summed.", labels=["probe"]
-        )
+        families = ProbeFamilies.new()
         states = self.results.read()
         for name in (p.name for p in self.probes):
             state = states.get(name, _new_state())
             for result in RESULTS:
-                runs.add_metric([name, result], float(state.runs[result]))
+                families.runs.add_metric([name, result], float(state.runs[result]))
             for peer, value in sorted(state.bandwidth.items()):
-                bandwidth.add_metric([name, peer], value)
+                families.bandwidth.add_metric([name, peer], value)
             if state.last_any is not None:
-                last_run.add_metric([name], state.last_any.started_at)
+                families.last_run.add_metric([name], state.last_any.started_at)
             if state.last is None:
                 continue
             outcome = state.last.outcome
-            success.add_metric([name], 1.0 if outcome.success else 0.0)
-            duration.add_metric([name], state.last.duration_seconds)
+            families.success.add_metric([name], 1.0 if outcome.success else 0.0)
+            families.duration.add_metric([name], state.last.duration_seconds)
             if outcome.expected_bytes_per_second is not None:
-                expected.add_metric([name], outcome.expected_bytes_per_second)
+                families.expected.add_metric([name], outcome.expected_bytes_per_second)
             if outcome.wrong_values is not None:
-                wrong.add_metric([name], float(outcome.wrong_values))
+                families.wrong.add_metric([name], float(outcome.wrong_values))
+        problems = [self.results.problem] if self.results.problem is not None else []
+        for group in self.groups:
+            group.collect(families)
+            if group.problem is not None:
+                problems.append(group.problem)
+        if problems:
+            raise CollectorFailed("; ".join(problems), families.all())
+        return families.all()
+
+
+class Rounds(Protocol):
+    """A pairwise group's rounds on this node (agent/pairwise.py): started and closed with the
+    probes' schedule, and exported with the probes' families."""
+
+    @property
+    def problem(self) -> str | None: ...
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    def collect(self, families: ProbeFamilies) -> None: ...
+
+
+@dataclass
+class ProbeFamilies:
+    """The families of SPEC "Probes" and "Fabric": one of each per exposition, whoever fills them
+    (scheduled probes and pairwise groups share the probe families)."""
+
+    success: GaugeMetricFamily
+    runs: CounterMetricFamily
+    last_run: GaugeMetricFamily
+    duration: GaugeMetricFamily
+    bandwidth: GaugeMetricFamily
+    expected: GaugeMetricFamily
+    wrong: GaugeMetricFamily
+    peer_success: GaugeMetricFamily
+    round: GaugeMetricFamily
+    members: GaugeMetricFamily
+
+    @classmethod
+    def new(cls) -> ProbeFamilies:
+        return cls(
+            success=GaugeMetricFamily(
+                "clusterhealth_probe_success",
+                "1 if the probe's last run completed and met its expectation.",
+                labels=["probe"],
+            ),
+            runs=CounterMetricFamily(
+                "clusterhealth_probe_runs_total", "Probe runs by result.", labels=["probe", "result"]
+            ),
+            last_run=GaugeMetricFamily(
+                "clusterhealth_probe_last_run_timestamp_seconds",
+                "When the probe last ran (Unix time).",
+                labels=["probe"],
+            ),
+            duration=GaugeMetricFamily(
+                "clusterhealth_probe_duration_seconds",
+                "How long the probe's last run took.",
+                labels=["probe"],
+            ),
+            bandwidth=GaugeMetricFamily(
+                "clusterhealth_probe_bandwidth_bytes_per_second",
+                f"Headline bandwidth of the last completed run, by kind: {probe_parsers.headline_help()}.",
+                labels=["probe", "peer"],
+            ),
+            expected=GaugeMetricFamily(
+                "clusterhealth_probe_expected_bandwidth_bytes_per_second",
+                "The configured or learned bandwidth the probe is held to.",
+                labels=["probe"],
+            ),
+            wrong=GaugeMetricFamily(
+                "clusterhealth_probe_wrong_values",
+                "nccl-tests #wrong of the last run, summed.",
+                labels=["probe"],
+            ),
+            peer_success=GaugeMetricFamily(
+                "clusterhealth_probe_peer_success",
+                "1 if this round's meeting with the partner met its expectation, 0 if it was degraded, "
+                "failed or timed out; absent when the round was skipped.",
+                labels=["probe", "peer"],
+            ),
+            round=GaugeMetricFamily(
+                "clusterhealth_probe_round",
+                "The round (Unix time // period) the node's current pairwise results belong to.",
+                labels=["probe"],
+            ),
+            members=GaugeMetricFamily(
+                "clusterhealth_probe_group_members",
+                "Members of the pairwise group in this node's inventory.",
+                labels=["probe"],
+            ),
+        )
+
+    def all(self) -> list[Metric]:
         families: list[Metric] = [
-            f for f in (success, runs, last_run, duration, bandwidth, expected, wrong) if f.samples
+            self.success,
+            self.runs,
+            self.last_run,
+            self.duration,
+            self.bandwidth,
+            self.expected,
+            self.wrong,
+            self.peer_success,
+            self.round,
+            self.members,
         ]
-        if self.results.problem is not None:
-            raise CollectorFailed(self.results.problem, families)
-        return families
+        return [f for f in families if f.samples]
 
 
 def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:

@@ -237,7 +237,9 @@ def false_table(n: int, days: int, seed: int) -> None:
 
 def series_table(sizes: list[int]) -> None:
     rounds_per_day = 86400 / DEFAULT_PERIOD
-    static = 11  # node_info, round, success, runs_total × 5, last_run, duration, expected
+    # node_info, round, group_members, success, runs_total × 5, last_run, duration, expected: what
+    # the agent exports (tests/test_pairwise_agent.py counts them on a real agent).
+    static = 12
     print(f"\n## Series a group costs Prometheus (period {DEFAULT_PERIOD:g} s)\n")
     print(
         "| nodes | active series per node | active series | new series per day (churn) | "

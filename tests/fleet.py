@@ -8,12 +8,16 @@ profile), a real Alertmanager running the example config, and a webhook receivin
 - `fabric`: the healthy H100 scenario on the faulty sysfs tree, with a probe held to more than it
   measures: the RDMA, network, firmware and fabric faults.
 
+`healthy` and `fabric` also form a pairwise group (real iperf3 over loopback, 12 s rounds) whose
+meetings are fine.
+
 The probe commands print saved real outputs (tests/fixtures): no GPU runs them here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,12 +29,13 @@ import yaml
 from clusterhealth.agent.demo import kmsg_record
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
-from .conftest import FIXTURES, SCENARIOS, AgentProcess
+from .conftest import FIXTURES, SCENARIOS, AgentProcess, require_tool
 from .mixin import ROOT, mixin
 from .prom import Alertmanager, Prometheus, Webhook, wait_for
 
 NCCL_OUTPUT = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
 IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
+PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
 FAST_COLLECTORS = {
     "gpu": {"interval_seconds": 1},
     "rdma": {"interval_seconds": 1},
@@ -68,14 +73,56 @@ def _probe(name: str, kind: str, output: Path, expect: str, **extra: Any) -> dic
     }
 
 
-def _config(tmp: Path, node: str, probes: list[dict[str, Any]]) -> Path:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pairwise_group(ports: tuple[int, int]) -> dict[str, Any]:
+    """The healthy and fabric nodes meet every round (a group of two) over loopback, with real
+    iperf3 paced well under the expectation: their meetings are fine."""
+    iperf3 = require_tool("iperf3")
+    return {
+        "name": "pairs",
+        "members": PAIRWISE_MEMBERS,
+        "period_seconds": 12,
+        "port": ports[0],
+        "confirm_port": ports[1],
+        "timeout_seconds": 2.5,
+        "skew_seconds": 0.5,
+        "startup_seconds": 0.5,
+        "confirm_runs": 1,
+        "server_argv": [iperf3, "-s", "-1", "-B", "{address}", "-p", "{port}", "-J"],
+        "client_argv": [
+            iperf3,
+            "-c",
+            "{peer}",
+            "-B",
+            "{address}",
+            "-p",
+            "{port}",
+            "-t",
+            "1",
+            "-b",
+            "200M",
+            "-J",
+        ],
+        "expect": "200 Mb/s",
+    }
+
+
+def _config(tmp: Path, node: str, probes: list[dict[str, Any]], group: dict[str, Any] | None = None) -> Path:
     path = tmp / f"{node}.yaml"
     data: dict[str, Any] = {
+        "node_name": node,
         "collectors": FAST_COLLECTORS,
         "probing": {"state_dir": str(tmp / f"{node}-state")},
     }
     if probes:
         data["probes"] = probes
+    if group is not None and node in group["members"]:
+        data["pairwise_groups"] = [group]
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -122,6 +169,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
 
     agents: dict[str, AgentProcess] = {}
     servers: list[Any] = []
+    group = _pairwise_group((free_port(), free_port()))
     try:
         for node, (scenario, sysfs, probes, kernel_log) in nodes.items():
             kmsg = tmp / f"{node}.kmsg"
@@ -131,7 +179,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
             agents[node] = AgentProcess(
                 [
                     "--config",
-                    str(_config(tmp, node, probes)),
+                    str(_config(tmp, node, probes, group)),
                     "--simulate",
                     str(scenario),
                     "--sysfs-root",

@@ -50,11 +50,16 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     """The alert templates the mixin uses, expanded as Prometheus expands them."""
 
     def conditional(m: re.Match[str]) -> str:
-        return m.group(2) if labels.get(m.group(1)) else m.group(3)
+        return m.group(2) if labels.get(m.group(1)) else (m.group(3) or "")
 
-    when = r"\{\{ if \$labels\.(\w+) \}\}"
-    text = re.sub(when + r"(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", conditional, template, flags=re.S)
-    text = re.sub(when + r"(.*?)\{\{ end \}\}", lambda m: conditional_plain(m, labels), text)
+    # Innermost conditionals first (a body without another `if`), until none is left: they nest.
+    body = r"((?:(?!\{\{ if ).)*?)"
+    innermost = re.compile(
+        r"\{\{ if \$labels\.(\w+) \}\}" + body + r"(?:\{\{ else \}\}" + body + r")?\{\{ end \}\}", re.S
+    )
+    text = template
+    while (expanded := innermost.sub(conditional, text)) != text:
+        text = expanded
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
     text = text.replace("{{ $value | humanize }}", _humanize(value, 1000, ("", "k", "M", "G", "T", "P")))
     text = text.replace(
@@ -63,7 +68,3 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     text = text.replace("{{ $value }}", _go_float(value))
     assert "{{" not in text, f"template construct the test cannot expand: {text}"
     return text
-
-
-def conditional_plain(m: re.Match[str], labels: dict[str, str]) -> str:
-    return m.group(2) if labels.get(m.group(1)) else ""

@@ -152,10 +152,18 @@ def test_every_name_is_emitted_by_the_agent_or_recorded(fleet: Fleet) -> None:
         fleet.agents[node].wait_for(
             lambda n=node: "clusterhealth_check_status" in fleet.exposition(n), 30, "the first audit"
         )
-    # the probes' series appear after their first run
+    # the probes' series appear after their first run, a pairwise meeting's after its round's slot
     fleet.agents["healthy"].wait_for(
         lambda: "clusterhealth_probe_wrong_values" in fleet.exposition("healthy"), 30, "a probe run"
     )
+    meeting: list[str] = []
+
+    def met() -> bool:
+        meeting[:] = [fleet.exposition("healthy")]
+        return "clusterhealth_probe_peer_success" in meeting[0]
+
+    fleet.agents["healthy"].wait_for(met, 30, "a pairwise meeting")
+    exported |= exported_names(meeting[0])
     for node in fleet.agents:
         exported |= exported_names(fleet.exposition(node))
     known = exported | recorded_names()

@@ -3,8 +3,9 @@
 The node is the faulty scenario's GPUs (clock frozen at 600 s, so energy and the GPU that falls off
 the bus at 45 s are fixed), the simulated sysfs with its HCA faults, the scenario's kernel log
 replayed into a kmsg file, and one probe result (a real nccl-tests capture replayed by `cat`
-through `clusterhealth probe run`). So every family the agent exports is in one golden file, and
-promtool lints them all there.
+through `clusterhealth probe run`), and one meeting of a pairwise group recorded in the current
+round. So every family the agent exports is in one golden file, and promtool lints them all there
+(the round number, which follows the clock, reads NaN there).
 
 Run with CLUSTERHEALTH_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change (the
 test then fails, so that a run in update mode never passes), and review the diff.
@@ -16,11 +17,16 @@ import os
 import re
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from clusterhealth.agent.demo import kmsg_record
+from clusterhealth.agent.pairwise import GroupState, GroupStore, SlotResult, state_path
+from clusterhealth.checks.fabric.schedule import round_at
+from clusterhealth.checks.probes import ProbeOutcome
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
@@ -61,6 +67,9 @@ SPEC_GPU = {
 }
 SPEC_OTHER = {
     "clusterhealth_gpu_driver_info": ("driver_version", "cuda_driver_version"),
+    "clusterhealth_node_info": ("node",),
+    "clusterhealth_probe_peer_success": ("probe", "peer"),
+    "clusterhealth_probe_round": ("probe",),
     "clusterhealth_scrape_collector_success": ("collector",),
     "clusterhealth_scrape_collector_duration_seconds": ("collector",),
     "clusterhealth_build_info": ("version",),
@@ -97,16 +106,42 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
                 # GPU 0 of the scenario runs a NCCL job: the guard would skip the replayed probe.
                 "probing": {"state_dir": str(root / "state"), "check_gpus_idle": False},
                 "probes": [{"name": "nccl-allreduce", "argv": ["cat", str(capture)], "expect": "480 GB/s"}],
+                "pairwise_groups": [PAIRWISE],
             }
         )
     )
-    node = ["--config", str(config), "--simulate", str(scenario)]
+    _record_a_meeting(root / "state")
+    node = ["--config", str(config), "--simulate", str(scenario), "--node-name", "gpu-001"]
     node += ["--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
     probed = run_cli("probe", "run", "nccl-allreduce", *node)
     assert probed.returncode == 0, probed.stdout + probed.stderr
     result = run_cli("scrape", *node)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+# A pairwise group with one meeting recorded in the current round (a day long, so that the round
+# cannot end between recording and scraping but once a day), as the agent's rounds record it.
+PAIRWISE = {
+    "name": "fabric",
+    "members": {"gpu-001": "10.0.0.1", "gpu-002": "10.0.0.2"},
+    "period_seconds": 86400,
+    "server_argv": ["iperf3", "-s", "-1", "-p", "{port}", "-J"],
+    "client_argv": ["iperf3", "-c", "{peer}", "-p", "{port}", "-J"],
+    "expect": "400 Gb/s",
+}
+
+
+def _record_a_meeting(state_dir: Path) -> None:
+    outcome = ProbeOutcome("ok", "iperf3: 391.20 Gbit/s", 391.2e9 / 8, 400e9 / 8)
+    now = time.time()
+    result = SlotResult(round_at(now, 86400), False, "gpu-002", outcome, now, 10.2, "iperf3 -c 10.0.0.2")
+
+    def change(state: GroupState) -> None:
+        state.runs["ok"] += 1
+        state.last = state.last_any = state.current = result
+
+    GroupStore(state_path(state_dir, "fabric")).update(change)
 
 
 def comparable(exposition: str) -> list[str]:
@@ -122,7 +157,8 @@ def comparable(exposition: str) -> list[str]:
             )
         ):
             continue
-        lines.append(re.sub(r'^(clusterhealth_build_info\{version=)"[^"]*"', r'\1"VERSION"', line))
+        line = re.sub(r'^(clusterhealth_build_info\{version=)"[^"]*"', r'\1"VERSION"', line)
+        lines.append(re.sub(r"^(clusterhealth_probe_round\{.*\}) .*", r"\1 NaN", line))
     return lines
 
 
@@ -212,6 +248,9 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_rdma_device_pcie_link_width_max",
         "clusterhealth_probe_success",
         "clusterhealth_probe_wrong_values",
+        "clusterhealth_probe_peer_success",
+        "clusterhealth_probe_round",
+        "clusterhealth_probe_group_members",
     }
     for name, labels in samples(faulty_exposition):
         assert "hostname" not in dict(labels) and "host" not in dict(labels)

@@ -6,6 +6,7 @@ needs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -172,6 +173,63 @@ def test_the_configmap_is_a_config_the_agent_accepts(
     assert result.returncode == 0, result.stderr
     mounted = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--config=/etc/clusterhealth/clusterhealth.yaml" in mounted
+
+
+def test_a_pairwise_group_gets_the_hosts_network_and_its_members_file(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "hostNetwork": True,
+                "members": {"gpu-001": "10.1.0.1", "gpu-002": "10.1.0.2"},
+                "config": {
+                    "pairwise_groups": [
+                        {
+                            "name": "fabric",
+                            "members_file": "/etc/clusterhealth/members.yaml",
+                            "server_argv": ["iperf3", "-s", "-1", "-B", "{address}", "-p", "{port}", "-J"],
+                            "client_argv": [
+                                "iperf3",
+                                "-c",
+                                "{peer}",
+                                "-B",
+                                "{address}",
+                                "-p",
+                                "{port}",
+                                "-J",
+                            ],
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    by_kind = {o["kind"]: o for o in render("--values", str(values))}
+    for kind in ("DaemonSet", "ConfigMap"):
+        kubernetes_validate.validate(by_kind[kind], KUBERNETES_VERSION, strict=True)
+    pod = by_kind["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == "/etc/clusterhealth"
+    data = by_kind["ConfigMap"]["data"]
+    # The agent accepts the rendered pair of files, as gpu-001 (the members file at its mount path).
+    (tmp_path / "members.yaml").write_text(data["members.yaml"])
+    config = yaml.safe_load(data["clusterhealth.yaml"])
+    config["pairwise_groups"][0]["members_file"] = str(tmp_path / "members.yaml")
+    (tmp_path / "clusterhealth.yaml").write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [CLUSTERHEALTH, "agent", "--config", str(tmp_path / "clusterhealth.yaml"), "--print-config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NODE_NAME": "gpu-001"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpu-002: 10.1.0.2" in result.stdout and "node_name: gpu-001" in result.stdout
+    # Without a group, the pods keep their own network.
+    plain = {o["kind"]: o for o in render()}["DaemonSet"]["spec"]["template"]["spec"]
+    assert "hostNetwork" not in plain
 
 
 def test_monitoring_objects_can_be_left_out() -> None:

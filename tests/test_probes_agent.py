@@ -226,8 +226,16 @@ def test_scheduled_probe_skips_while_a_gpu_is_busy(
     assert any("GPU 0 runs" in line for line in agent.lines)
 
 
-def test_sample_config_is_valid_and_its_commands_fill_in() -> None:
+def test_sample_config_is_valid_and_its_commands_fill_in(tmp_path: Path) -> None:
     config = configuration.load(ROOT / "deploy" / "clusterhealth.yaml")
+    # Its pairwise group, enabled, with the sample inventory where the sample looks for it.
+    data = yaml.safe_load((ROOT / "deploy" / "clusterhealth.yaml").read_text())
+    (group,) = data["pairwise_groups"]
+    assert group["members_file"] == "/etc/clusterhealth/members.yaml"
+    group.update(enabled=True, members_file=str(ROOT / "deploy" / "members.yaml"))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    (fabric,) = configuration.load(tmp_path / "c.yaml").pairwise_groups
+    assert len(fabric.members) == 4 and fabric.timing().problem() is None
     names = {p.name for p in config.probes}
     assert {"nccl-allreduce-local", "nccl-allreduce-ib-loopback", "ib-write-bw-loopback"} <= names
     kinds = {p.kind for p in config.probes}

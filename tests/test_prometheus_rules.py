@@ -77,6 +77,41 @@ def F(where: dict[str, str], severity: str, value: float = 0.0) -> Firing:
     return Firing(labels(where.pop("instance", "n1"), where), severity, value)
 
 
+# A pairwise group of five nodes, a 15-minute round, h1 bad: every meeting with it fails or falls
+# short. Each meeting is exported by both ends for 5 minutes (SPEC "Fabric"); one node sits out.
+PAIRWISE_ROUNDS = [
+    [("h1", "h2"), ("h3", "h4")],
+    [("h1", "h3"), ("h2", "h5")],
+    [("h1", "h4"), ("h3", "h5")],
+    [("h1", "h5"), ("h2", "h4")],
+]
+
+
+def pairwise_group(bad: str) -> dict[str, str]:
+    series: dict[str, str] = {}
+    rows: dict[tuple[str, str], list[str]] = {}
+    for k, pairs in enumerate(PAIRWISE_ROUNDS):
+        for a, b in pairs:
+            for node, peer in ((a, b), (b, a)):
+                row = rows.setdefault((node, peer), ["_"] * 60)
+                row[15 * k : 15 * k + 5] = ["0" if bad in (a, b) else "1"] * 5
+    for (node, peer), row in rows.items():
+        where = {"instance": node, "probe": "fabric", "peer": peer}
+        series[S("clusterhealth_probe_peer_success", where)] = " ".join(row)
+        # The agents' own verdicts of each meeting: below their expectation with the bad host.
+        bandwidth = [{"0": "5e8", "1": "1.2e9"}.get(v, v) for v in row]
+        series[S("clusterhealth_probe_bandwidth_bytes_per_second", where)] = " ".join(bandwidth)
+    for i in range(1, 6):
+        node = {"instance": f"h{i}"}
+        series[S("clusterhealth_node_info", {**node, "node": f"h{i}"})] = "1x60"
+        series[S("clusterhealth_probe_round", {**node, "probe": "fabric"})] = "2000000+0x60"
+        series[S("clusterhealth_probe_expected_bandwidth_bytes_per_second", {**node, "probe": "fabric"})] = (
+            "1.25e9x60"
+        )
+        series[S("clusterhealth_probe_success", {**node, "probe": "fabric"})] = "0x60" if i == 1 else "1x60"
+    return series
+
+
 CASES = [
     Case(
         "GPUFellOffBus",
@@ -419,6 +454,22 @@ CASES = [
                 ],
             ),
         ],
+    ),
+    Case(
+        "FabricBandwidthDegraded",
+        "a pairwise group's bad host fires once it failed with 3 clean partners; its partners, each "
+        "short once with it, and the group's single degraded meetings do not",
+        pairwise_group("h1"),
+        [
+            ("20m", []),
+            ("50m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4)]),
+        ],
+    ),
+    Case(
+        "ProbeFailing",
+        "a pairwise group's failed meetings are its host rule's, not ProbeFailing's",
+        pairwise_group("h1"),
+        [("20m", []), ("50m", [])],
     ),
     Case(
         "NodeStraggler",

@@ -513,10 +513,9 @@ def _values(series: Mapping[str, Any]) -> list[tuple[float, float]]:
 def render_table(analysis: Analysis) -> str:
     """The human view: one line per suspect, then the unconfirmed ones, then a summary."""
     lines = []
-    hours = analysis.window_seconds / 3600
     head = (
         f"probe {analysis.probe}: {analysis.nodes} nodes, {analysis.rounds} rounds, "
-        f"{analysis.meetings} meetings in {hours:g} h"
+        f"{analysis.meetings} meetings in {_span(analysis.window_seconds)}"
     )
     if analysis.reference is not None:
         head += f"; reference {_rate(analysis.reference)} (the group's median)"
@@ -549,6 +548,14 @@ def render_table(analysis: Analysis) -> str:
 
 _AROUND = 2  # a partner's meetings with others, each side of a meeting, that say whether it was fine
 _SHOWN = 4  # meetings listed in a table row; the JSON has them all
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def _row(s: Suspect) -> tuple[str, ...]:

@@ -59,6 +59,16 @@ class ProbeKind:
     headline: str
     # What a non-zero exit code means beyond "exited N"; None when the tool's codes say no more.
     exit_code_meaning: Callable[[int], str] | None = None
+    # Pairwise probe groups (checks/fabric): the tool runs as a server on one node and as a client
+    # on its partner, and each end's output holds the headline figure of their meeting.
+    pairwise: bool = False
+    # Substrings of a client's output that mean nothing listened on the server's port: the partner
+    # is absent (busy, its server still starting, its agent down). A pairwise client retries until
+    # its connect deadline and then records `skipped`, never a failure of the fabric.
+    refused: tuple[str, ...] = ("Connection refused",)
+    # The other end's address as the tool printed it, when it does: the server end of a pairwise
+    # meeting checks that the client it served is the partner it expected.
+    remote_address: Callable[[ProbeParse], str | None] | None = None
 
     def rate(self, bytes_per_second: float) -> str:
         return format_rate(bytes_per_second, self.unit)

@@ -242,4 +242,10 @@ KIND = ProbeKind(
     parse=parse_ib_write_bw,
     unit="Gbit/s",
     headline="average bandwidth at the largest message size",
+    # `ib_write_bw -p PORT` waits for one client; `ib_write_bw -p PORT HOST` is the client, and both
+    # print the result table. perftest says "Couldn't connect to HOST:PORT" whether nothing
+    # listened or the host is unreachable, so both read as an absent partner (skipped): safe, as
+    # it can never count against the fabric, but a partner that is down is not told apart.
+    pairwise=True,
+    refused=("Connection refused", "Couldn't connect to"),
 )

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from clusterhealth.checks.probe_parsers._common import ProbeKind, Verdict, finite_or_none
+from clusterhealth.checks.probe_parsers._common import ProbeKind, ProbeParse, Verdict, finite_or_none
 
 BITS_PER_BYTE = 8
 
@@ -183,6 +183,18 @@ def _bytes_per_second(bits_per_second: object) -> float | None:
     return None if bits is None or bits < 0 else bits / BITS_PER_BYTE
 
 
+def _remote_address(parse: ProbeParse) -> str | None:
+    # The client's `start.connecting_to` or, on the server (`iperf3 -s -J`), `start.connected[0]`.
+    return parse.peer_host if isinstance(parse, Iperf3Result) else None
+
+
 KIND = ProbeKind(
-    name="iperf3", parse=parse_iperf3, unit="Gbit/s", headline="received throughput (end.sum_received)"
+    name="iperf3",
+    parse=parse_iperf3,
+    unit="Gbit/s",
+    headline="received throughput (end.sum_received)",
+    # `iperf3 -s -1` on one end, `iperf3 -c` on the other; with -J both ends print end.sum_received,
+    # the same figure (the server's count, which the client receives at the end of the test).
+    pairwise=True,
+    remote_address=_remote_address,
 )

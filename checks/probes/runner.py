@@ -23,6 +23,10 @@ SIGTERM, print gigabytes, fork helpers that outlive them (MPI launchers, ``iperf
   being reused, until the group has been dealt with. If it survives SIGKILL (uninterruptible sleep
   in a driver call) a daemon thread waits for it and the result says so in ``error``.
 * A missing or non-executable program is a result with ``error`` set, never an exception.
+* ``stop_all()`` ends every run in progress the same way (SIGTERM to its group, then SIGKILL), for
+  an agent that is shutting down: the children run in sessions of their own, so nothing else
+  would stop a probe server that waits for a client, and it would hold its port after the agent.
+  Those results have ``cancelled`` set.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class RunResult:
     output_truncated: bool  # either stream lost its middle
     error: str | None  # the process could not be started, or could not be reaped
     leftovers_killed: int = 0  # processes found in the group after the direct child exited
+    cancelled: bool = False  # stopped by stop_all() (the agent is shutting down)
 
     @property
     def command(self) -> str:
@@ -133,6 +138,20 @@ class _Capture:
             head += b"\n"
         marker = f"[... clusterhealth dropped {dropped} bytes of output here ...]\n"
         return head.decode(errors="replace") + marker + tail.decode(errors="replace")
+
+
+_RUNNING: set[_Supervisor] = set()
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def stop_all() -> None:
+    """End every run in progress, and any started from now on, as on a timeout (``cancelled``)."""
+    _STOPPING.set()
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for supervisor in running:
+        supervisor.cancel()
 
 
 def template(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
@@ -209,7 +228,16 @@ def run(
             output_truncated=False,
             error=_start_error(exc, argv[0], cwd),
         )
-    return _Supervisor(proc, argv, started, timeout, kill_grace, max_output_bytes).supervise()
+    supervisor = _Supervisor(proc, argv, started, timeout, kill_grace, max_output_bytes)
+    with _RUNNING_LOCK:
+        _RUNNING.add(supervisor)
+    try:
+        if _STOPPING.is_set():
+            supervisor.cancel()
+        return supervisor.supervise()
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(supervisor)
 
 
 def _start_error(exc: OSError, program: str, cwd: str | os.PathLike[str] | None) -> str:
@@ -252,6 +280,13 @@ class _Supervisor:
         self.term_sent_at: float | None = None
         self.kill_sent_at: float | None = None
         self.leftovers = 0
+        # stop_all() writes to this pipe to wake the selector loop, which then ends the run.
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"x")
 
     def supervise(self) -> RunResult:
         try:
@@ -265,6 +300,8 @@ class _Supervisor:
             raise
         finally:
             self.selector.close()
+            os.close(self._wake_read)
+            os.close(self._wake_write)
             if self.pidfd is not None:
                 os.close(self.pidfd)
             assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -290,6 +327,7 @@ class _Supervisor:
             output_truncated=out.truncated or err.truncated,
             error=error,
             leftovers_killed=self.leftovers,
+            cancelled=self.cancelled,
         )
 
     def _watch(self) -> None:
@@ -299,11 +337,17 @@ class _Supervisor:
         with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(self.proc.pid)
             self.selector.register(self.pidfd, selectors.EVENT_READ)
+        self.selector.register(self._wake_read, selectors.EVENT_READ)
         while True:
             for key, _ in self.selector.select(self._wait_seconds()):
-                if key.fd != self.pidfd:
+                if key.fd == self._wake_read:
+                    self.selector.unregister(self._wake_read)
+                    self.cancelled = True
+                elif key.fd != self.pidfd:
                     self._read(key.fd)
             now = time.monotonic()
+            if self.cancelled and not self.leader_exited and self.term_sent_at is None:
+                self._signal_group(signals.SIGTERM, now)
             if not self.leader_exited and self._leader_has_exited():
                 self.leader_exited = True
                 if self.pidfd is not None:

@@ -113,15 +113,23 @@ class Config:
         default=("gpu_count", "hca_count", "rdma_port_rate", "hca_firmware", "gpu_driver", "gpu_vbios"),
         metadata={"doc": "audit checks without an alert of their own, reported by NodeCheckFailing"},
     )
-    # The fabric work (SPEC "Fabric": clusterhealth_probe_peer_success, clusterhealth_probe_round,
-    # clusterhealth_node_info) adds a pairwise host rule. When it lands, set these to a PromQL
-    # expression giving one series per suspect host with `instance`, `job` and `probe` labels; it
-    # joins FabricBandwidthDegraded and NodeStraggler with `or`.
+    # Pairwise probe groups (SPEC "Fabric"; docs/fabric.md): FabricBandwidthDegraded names a host
+    # whose meetings failed with this many distinct partners within the window, each of which
+    # did better than not with its partners overall. The window stands in for "in a row": about
+    # four rounds of the groups' period.
+    pairwise_host_window: str = field(
+        default="1h", metadata={"doc": "window of the pairwise host rule (about 4 rounds of the period)"}
+    )
+    pairwise_host_partners: int = field(
+        default=3, metadata={"doc": "distinct clean partners a pairwise suspect host failed with"}
+    )
+    # Extra PromQL expressions, one series per suspect host with `instance`, `job` and `probe`
+    # labels, joined to the alerts with `or` (e.g. a recording rule of your own).
     fabric_pairwise_host_expr: str = field(
-        default="", metadata={"doc": "pairwise suspect-host expression joined to FabricBandwidthDegraded"}
+        default="", metadata={"doc": "extra suspect-host expression joined to FabricBandwidthDegraded"}
     )
     straggler_pairwise_host_expr: str = field(
-        default="", metadata={"doc": "pairwise suspect-host expression joined to NodeStraggler"}
+        default="", metadata={"doc": "extra suspect-host expression joined to NodeStraggler"}
     )
 
 
@@ -170,6 +178,34 @@ def _matchers(config: Config, *extra: str) -> str:
 
 def _alternation(values: Iterable[object]) -> str:
     return "|".join(str(v) for v in values)
+
+
+def _pairwise_host(c: Config) -> str:
+    """Suspect hosts of pairwise groups: a node whose `peer_success` was 0 with at least
+    `pairwise_host_partners` distinct partners in the window, each of which was 1 in more than half
+    of its samples (a partner of a bad host fails once; a fleet-wide slowdown leaves nobody clean).
+    docs/fabric.md explains the rule and what PromQL cannot express of analyze's. Labels: job,
+    instance, probe, and pairwise="host"; the value is the number of such partners."""
+    success = f"clusterhealth_probe_peer_success{_matchers(c)}"
+    window = f"[{c.pairwise_host_window}]"
+    node_info = f"clusterhealth_node_info{_matchers(c)}"
+    return f"""label_replace(
+  count by (job, instance, probe) (
+    min_over_time({success}{window}) == 0
+    and on (job, probe, peer)
+    label_replace(
+      (
+        sum by (job, instance, probe) (sum_over_time({success}{window}))
+        /
+        sum by (job, instance, probe) (count_over_time({success}{window}))
+        > 0.5
+      )
+      * on (job, instance) group_left (node) {node_info},
+      "peer", "$1", "node", "(.*)"
+    )
+  ) >= {c.pairwise_host_partners},
+  "pairwise", "host", "", ""
+)"""
 
 
 def _joined(expr: str, extra: str) -> str:
@@ -282,6 +318,10 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
     degraded_probe = f"""clusterhealth_probe_bandwidth_bytes_per_second{m()}
 < on (instance, job, probe) group_left ()
 (clusterhealth_probe_expected_bandwidth_bytes_per_second{m()} * {fraction})"""
+    # A pairwise group's single meetings alert nowhere: a bad host's partners each fall short once,
+    # and a path is `clusterhealth analyze`'s to name. Its host rule alerts instead.
+    not_pairwise = f"unless on (instance, job, probe)\nclusterhealth_probe_round{m()}"
+    pairwise_host = _pairwise_host(c)
 
     gpu = Group(
         "clusterhealth.gpu",
@@ -506,13 +546,21 @@ or on (instance, job, interface)
             Alert(
                 "FabricBandwidthDegraded",
                 "warning",
-                _joined(degraded_probe, c.fabric_pairwise_host_expr),
-                "Probe {{ $labels.probe }}{{ if $labels.peer }} to {{ $labels.peer }}{{ end }} on "
-                "{{ $labels.instance }} measured below its expected bandwidth.",
-                "The last run measured {{ $value | humanize1024 }}B/s, below "
+                _joined(
+                    _joined(f"{degraded_probe}\n{not_pairwise}", pairwise_host), c.fabric_pairwise_host_expr
+                ),
+                "{{ if $labels.pairwise }}{{ $labels.instance }} is a suspect host of pairwise group "
+                "{{ $labels.probe }}.{{ else }}Probe {{ $labels.probe }}{{ if $labels.peer }} to "
+                "{{ $labels.peer }}{{ end }} on {{ $labels.instance }} measured below its expected "
+                "bandwidth.{{ end }}",
+                "{{ if $labels.pairwise }}Its meetings failed or fell short with {{ $value }} partners "
+                f"within {c.pairwise_host_window}, each of which did fine with its other partners: the "
+                "node, not the paths, is the likely culprit (its NIC or HCA, PCIe link, cable to the "
+                "leaf). `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings."
+                "{{ else }}The last run measured {{ $value | humanize1024 }}B/s, below "
                 f"{fraction:.0%} of the probe's expectation: a slow link, HCA or GPU on this node "
                 "(or its peer). Run `clusterhealth probe run {{ $labels.probe }}` on the node and "
-                "compare its HCAs' counters.",
+                "compare its HCAs' counters.{{ end }}",
                 c.for_immediate,
             ),
             Alert(
@@ -552,7 +600,8 @@ clusterhealth_probe_bandwidth_bytes_per_second{local}
 unless on (instance, job, probe)
 (
 {_indent(degraded_probe)}
-)""",
+)
+{not_pairwise}""",
                 "Probe {{ $labels.probe }} on {{ $labels.instance }} failed its last run.",
                 "The probe did not complete (non-zero exit, wrong results, garbage output or a "
                 "timeout). Run `clusterhealth probe run {{ $labels.probe }}` on the node to see "

@@ -1,0 +1,620 @@
+"""`clusterhealth lab`: a pairwise group on N hosts made of network namespaces, a host or a path
+degraded on request, and `analyze`'s verdict on it.
+
+What it builds (root only, every name under a prefix of its own so that labs can run side by side,
+every address inside its own namespaces):
+
+* a switch namespace (``PREFIX-sw``) with a bridge, on which Prometheus listens (10.77.0.254);
+* N host namespaces ``PREFIX-h1``..``PREFIX-hN``, each with a veth pair to the bridge and the
+  address 10.77.0.i;
+* every host link shaped to one common rate with ``tc`` in both directions (tbf on the host's
+  end and on the bridge's end), so that the machine's cores are not what the probes measure;
+* ``--degrade-host hK``: both ends of hK's link shaped to half the rate (tbf);
+  ``--degrade-path hA-hB``: on hA's end an htb class at half the rate with a u32 filter on hB's
+  address, and the same on hB's end towards hA (both directions, as the meetings' direction
+  alternates);
+* a real agent per host namespace (``clusterhealth agent``, node name hI) with one iperf3 pairwise
+  group, its members file written as an inventory tool would;
+* the Debian Prometheus scraping the agents every second.
+
+It waits for the first round that starts with every agent up, lets K rounds go by, runs `analyze`
+(in-process, from the switch namespace) after each, and prints the last verdict: the table or the
+JSON of SPEC, plus a ``lab`` object with the history. Everything it made (processes, namespaces
+and with them the links, its working directory) is removed at the end, on Ctrl-C and on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+import yaml
+
+from clusterhealth.agent import analyze as analyzing
+from clusterhealth.checks.fabric import analysis
+from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
+from clusterhealth.checks.probes import runner
+
+log = logging.getLogger("clusterhealth.lab")
+
+T = TypeVar("T")
+
+EXIT_USAGE, EXIT_LAB_FAILED, EXIT_INTERRUPTED = 2, 4, 130
+SUBNET = "10.77.0"  # inside the lab's own namespaces only
+SWITCH_ADDRESS = f"{SUBNET}.254"
+AGENT_PORT = 9845
+PROMETHEUS_PORT = 9090
+GROUP = "fabric"
+MAX_HOSTS = 64
+# The group's timing in the lab: one kernel clock (no skew but scheduling), one-second iperf3 runs.
+RUN_SECONDS, SKEW_SECONDS, STARTUP_SECONDS, CONFIRM_RUNS = 3.0, 0.5, 1.0, 2
+SCRAPE_SECONDS = 1.0
+_CLONE_NEWNET = 0x40000000
+
+
+def minimum_period() -> float:
+    return RoundTiming(1e9, RUN_SECONDS, SKEW_SECONDS, STARTUP_SECONDS, CONFIRM_RUNS).round_length
+
+
+class LabError(Exception):
+    """The lab cannot be built or run; the message says why."""
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    hosts: int
+    rounds: int = 5
+    period: float = 20.0
+    rate_mbit: float = 100.0
+    degrade_host: str | None = None
+    # Two hosts, or FIRST: the pair that meets first (a path is found when its ends meet, once in
+    # N-1 rounds; the pair that meets first makes the shortest lab).
+    degrade_path: tuple[str, str] | str | None = None
+    factor: float = 0.5  # of the common rate, for the degraded host or path
+
+    def problem(self) -> str | None:
+        """None when the lab can be built as asked; otherwise what was expected."""
+        names = {f"h{i}" for i in range(1, self.hosts + 1)}
+        if not 2 <= self.hosts <= MAX_HOSTS:
+            return f"--hosts: expected 2 to {MAX_HOSTS} hosts"
+        if self.rounds < 1:
+            return "--rounds: expected at least 1"
+        if self.period < minimum_period():
+            return f"--period: expected at least {minimum_period():g} s (the lab's one-second iperf3 rounds)"
+        if self.degrade_host is not None and self.degrade_host not in names:
+            return f"--degrade-host: expected one of h1..h{self.hosts}"
+        if isinstance(self.degrade_path, tuple):
+            a, b = self.degrade_path
+            if a not in names or b not in names or a == b:
+                return f"--degrade-path: expected two different hosts among h1..h{self.hosts}, as hA-hB"
+        if not 1 <= self.rate_mbit <= 10_000:
+            return "--rate: expected 1 to 10000 Mbit/s"
+        return None
+
+    def expected_suspect(self, path: tuple[str, str] | None) -> tuple[str, str] | None:
+        """(kind, suspect) that analyze should name, given the path degraded."""
+        if self.degrade_host is not None:
+            return ("host", self.degrade_host)
+        if path is not None:
+            return ("path", "<->".join(sorted(path)))
+        return None
+
+
+FIRST = "first"  # --degrade-path first: the pair that meets in the lab's first round
+
+
+def parse_path(text: str) -> tuple[str, str] | str:
+    if text == FIRST:
+        return FIRST
+    m = re.fullmatch(r"(h\d+)-(h\d+)", text)
+    if not m:
+        raise ValueError(f"--degrade-path: expected hA-hB (e.g. h2-h5) or {FIRST}, got {text!r}")
+    return m.group(1), m.group(2)
+
+
+# --- running things ------------------------------------------------------------------------------
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def in_namespace(name: str, work: Callable[[], T]) -> T:
+    """Run ``work`` on a thread that entered network namespace ``name`` (setns affects one thread)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc().setns(fd, _CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into {name}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box["value"] = work()
+        except BaseException as err:  # handed to the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+def _command(*argv: str, timeout: float = 30) -> str:
+    """One short command (ip, tc) through the probe runner; LabError with its output on failure."""
+    result = runner.run(argv, timeout=timeout, max_output_bytes=65536)
+    if not result.completed or result.exit_code != 0:
+        detail = (result.error or result.stderr.strip() or result.stdout.strip() or "no output")[-500:]
+        raise LabError(f"{result.command} failed: {detail}")
+    return result.stdout
+
+
+def _get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body
+
+
+# --- the lab ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A long-running process of the lab: an agent or Prometheus, in its namespace."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def exited(self) -> str | None:
+        """Why it is no longer running, with the end of its log; None while it runs."""
+        if self.popen.poll() is None:
+            return None
+        try:
+            tail = self.log.read_text(errors="replace").strip()[-600:] or "no output"
+        except OSError:
+            tail = "no log"
+        return f"{self.name} exited {self.popen.returncode}: {tail}"
+
+
+@dataclass
+class Lab:
+    spec: LabSpec
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    prefix: str = field(default_factory=lambda: f"chl{secrets.token_hex(3)}")
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[Spawned] = field(default_factory=list)
+    workdir: Path | None = None
+    tools: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}-sw"
+
+    def host_ns(self, i: int) -> str:
+        return f"{self.prefix}-h{i}"
+
+    @staticmethod
+    def address(i: int) -> str:
+        return f"{SUBNET}.{i}"
+
+    # -- building --------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        for tool in ("ip", "tc", "iperf3", "prometheus"):
+            path = shutil.which(tool)
+            if path is None:
+                raise LabError(f"{tool} is missing (Debian packages iproute2, iperf3, prometheus)")
+            self.tools[tool] = path
+        existing = _command(self.tools["ip"], "netns", "list")
+        if self.prefix in existing:
+            raise LabError(f"namespaces named {self.prefix}-* exist already")
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"clusterhealth-lab-{self.prefix}-"))
+        self.say(f"lab {self.prefix}: {self.spec.hosts} hosts, work directory {self.workdir}")
+        ip = self.tools["ip"]
+        self._add_namespace(self.switch)
+        _command(ip, "-n", self.switch, "link", "set", "lo", "up")
+        _command(ip, "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _command(ip, "-n", self.switch, "addr", "add", f"{SWITCH_ADDRESS}/24", "dev", "br0")
+        _command(ip, "-n", self.switch, "link", "set", "br0", "up")
+        for i in range(1, self.spec.hosts + 1):
+            ns = self.host_ns(i)
+            self._add_namespace(ns)
+            # Created in the switch namespace with its peer in the host's: nothing in ours.
+            _command(
+                ip,
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                f"h{i}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
+            _command(ip, "-n", self.switch, "link", "set", f"h{i}", "master", "br0")
+            _command(ip, "-n", self.switch, "link", "set", f"h{i}", "up")
+            _command(ip, "-n", ns, "link", "set", "lo", "up")
+            _command(ip, "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            _command(ip, "-n", ns, "link", "set", "eth0", "up")
+            self._shape(i)
+        if self.spec.degrade_host is not None:
+            self.say(
+                f"lab {self.prefix}: host {self.spec.degrade_host} degraded to "
+                f"{self.spec.rate_mbit * self.spec.factor:g} of {self.spec.rate_mbit:g} Mbit/s (tbf)"
+            )
+
+    def _add_namespace(self, name: str) -> None:
+        _command(self.tools["ip"], "netns", "add", name)
+        self.namespaces.append(name)
+
+    def _tc(self, ns: str, *args: str) -> None:
+        _command(self.tools["ip"], "netns", "exec", ns, self.tools["tc"], *args)
+
+    @staticmethod
+    def _tbf(rate_mbit: float) -> list[str]:
+        # A burst of a few GSO packets: veth hands tbf 64 KB segments.
+        return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", "256kb", "latency", "20ms"]
+
+    def _shape(self, i: int) -> None:
+        """The host's link at the common rate, both ways."""
+        rate = self.spec.rate_mbit
+        if self.spec.degrade_host == f"h{i}":
+            rate *= self.spec.factor
+        self._tc(self.host_ns(i), "qdisc", "add", "dev", "eth0", "root", *self._tbf(rate))
+        self._tc(self.switch, "qdisc", "add", "dev", f"h{i}", "root", *self._tbf(rate))
+
+    def _degrade_path(self, first: int) -> tuple[str, str] | None:
+        """Shape the path asked for (before the first round), and say which it is."""
+        if self.spec.degrade_path is None:
+            return None
+        if isinstance(self.spec.degrade_path, tuple):
+            a, b = self.spec.degrade_path
+        else:
+            hosts = [f"h{i}" for i in range(1, self.spec.hosts + 1)]
+            pairs = [sorted((p.server, p.client)) for p in Schedule(hosts, GROUP).matching(first).pairs]
+            if not pairs:
+                raise LabError("no pair meets in the first round")
+            a, b = min(pairs)
+        rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
+        for here, there in ((a, b), (b, a)):
+            ns, peer = self.host_ns(int(here[1:])), self.address(int(there[1:]))
+            quantum = ["quantum", "60000"]
+            self._tc(ns, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10")
+            self._tc(
+                ns,
+                "class",
+                "add",
+                "dev",
+                "eth0",
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                f"{rate:g}mbit",
+                *quantum,
+            )
+            self._tc(
+                ns,
+                "class",
+                "add",
+                "dev",
+                "eth0",
+                "parent",
+                "1:",
+                "classid",
+                "1:20",
+                "htb",
+                "rate",
+                f"{slow:g}mbit",
+                *quantum,
+            )
+            self._tc(
+                ns, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                "u32", "match", "ip", "dst", f"{peer}/32", "flowid", "1:20",
+            )  # fmt: skip
+        self.say(f"lab {self.prefix}: path {a}<->{b} degraded to {slow:g} of {rate:g} Mbit/s (htb + u32)")
+        return a, b
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        assert self.workdir is not None
+        members = {f"h{i}": self.address(i) for i in range(1, self.spec.hosts + 1)}
+        members_file = self.workdir / "members.yaml"
+        members_file.write_text("".join(f"{name}: {address}\n" for name, address in members.items()))
+        iperf3 = self.tools["iperf3"]
+        group = {
+            "name": GROUP,
+            "kind": "iperf3",
+            "members_file": str(members_file),
+            "period_seconds": self.spec.period,
+            "port": 5201,
+            "confirm_port": 5202,
+            "timeout_seconds": RUN_SECONDS,
+            "skew_seconds": SKEW_SECONDS,
+            "startup_seconds": STARTUP_SECONDS,
+            "confirm_runs": CONFIRM_RUNS,
+            "server_argv": [iperf3, "-s", "-1", "-B", "{address}", "-p", "{port}", "-J"],
+            "client_argv": [
+                *(iperf3, "-c", "{peer}", "-B", "{address}", "-p", "{port}", "-t", "1", "-J"),
+                *("--connect-timeout", "1000"),
+            ],
+            "expect": f"{self.spec.rate_mbit:g} Mb/s",
+        }
+        for i in range(1, self.spec.hosts + 1):
+            home = self.workdir / f"h{i}"
+            home.mkdir()
+            config = {
+                "node_name": f"h{i}",
+                "listen": f"{self.address(i)}:{AGENT_PORT}",
+                "collectors": {
+                    "gpu": {"enabled": False},
+                    "kernel_log": {"enabled": False},
+                    "rdma": {"enabled": False},
+                    "audit": {"enabled": False},
+                    "probes": {"interval_seconds": 0.5},
+                },
+                "probing": {"state_dir": str(home / "state"), "check_gpus_idle": False},
+                "pairwise_groups": [group],
+            }
+            (home / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            agent = [
+                sys.executable,
+                "-m",
+                "clusterhealth.agent.cli",
+                "agent",
+                "--config",
+                str(home / "config.yaml"),
+            ]
+            self._spawn(f"the agent of h{i}", self.host_ns(i), agent, home / "agent.log")
+        targets = [f"{self.address(i)}:{AGENT_PORT}" for i in range(1, self.spec.hosts + 1)]
+        prometheus_yml = self.workdir / "prometheus.yml"
+        prometheus_yml.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {
+                        "scrape_interval": f"{SCRAPE_SECONDS:g}s",
+                        "scrape_timeout": f"{SCRAPE_SECONDS:g}s",
+                    },
+                    "scrape_configs": [
+                        {"job_name": "clusterhealth", "static_configs": [{"targets": targets}]}
+                    ],
+                }
+            )
+        )
+        prometheus = [
+            self.tools["prometheus"],
+            f"--config.file={prometheus_yml}",
+            f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+            f"--web.listen-address={SWITCH_ADDRESS}:{PROMETHEUS_PORT}",
+            "--log.level=warn",
+        ]
+        self._spawn("prometheus", self.switch, prometheus, self.workdir / "prometheus.log")
+        self._wait_until_up(targets)
+
+    def _spawn(self, name: str, ns: str, argv: list[str], log_path: Path) -> None:
+        with log_path.open("wb") as out:
+            # A session of its own: a Ctrl-C at the terminal reaches the lab, which stops them in order.
+            process = subprocess.Popen(
+                [self.tools["ip"], "netns", "exec", ns, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(Spawned(name, process, log_path))
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{SWITCH_ADDRESS}:{PROMETHEUS_PORT}"
+
+    def _wait_until_up(self, targets: list[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        query = self.prometheus_url + "/api/v1/query?query=sum(up%7Bjob%3D%22clusterhealth%22%7D)"
+        while True:
+            self._check_processes()
+
+            def scraped() -> float:
+                document = json.loads(_get(query))
+                result = document["data"]["result"]
+                return float(result[0]["value"][1]) if result else 0.0
+
+            try:
+                if in_namespace(self.switch, scraped) == len(targets):
+                    self.say(f"lab {self.prefix}: {len(targets)} agents up, Prometheus scraping them")
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise LabError(f"the agents and Prometheus were not all up within {timeout:g} s")
+            time.sleep(0.5)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run(self) -> tuple[analysis.Analysis | None, str | None, dict[str, Any]]:
+        """Wait the rounds, analysing after each; the last analysis (or why there is none) and the
+        lab's own report."""
+        period = self.spec.period
+        first = round_at(time.time(), period) + 1
+        path = self._degrade_path(first)
+        self.say(f"lab {self.prefix}: rounds {first} to {first + self.spec.rounds - 1}, {period:g} s each")
+        history: list[dict[str, Any]] = []
+        last: analysis.Analysis | None = None
+        why: str | None = None
+        for k in range(1, self.spec.rounds + 1):
+            # After the round's end, once Prometheus has scraped the last results.
+            until = (first + k) * period + 2 * SCRAPE_SECONDS + 0.5
+            while (remaining := until - time.time()) > 0:
+                self._check_processes()
+                time.sleep(min(remaining, 1.0))
+            try:
+                last = in_namespace(self.switch, lambda: self._analyze(first))
+                why = last.not_enough_evidence
+            except analyzing.NoVerdict as err:
+                last, why = None, str(err)
+            entry: dict[str, Any] = {"after_round": k, "round": first + k - 1}
+            if last is not None and not last.not_enough_evidence:
+                entry["suspects"] = [{"kind": s.kind, "suspect": s.name} for s in last.suspects]
+                named = ", ".join(f"{s.name} ({s.kind})" for s in last.suspects) or "no suspect"
+            else:
+                entry["no_verdict"] = why
+                named = f"no verdict ({why})"
+            history.append(entry)
+            self.say(f"lab {self.prefix}: after round {k} of {self.spec.rounds}: {named}")
+        report: dict[str, Any] = {
+            "prefix": self.prefix,
+            "hosts": self.spec.hosts,
+            "rounds": self.spec.rounds,
+            "period_seconds": self.spec.period,
+            "rate_mbit_per_second": self.spec.rate_mbit,
+            "degraded": None,
+            "first_round": first,
+            "history": history,
+        }
+        expected = self.spec.expected_suspect(path)
+        if expected is not None:
+            kind, suspect = expected
+            report["degraded"] = {"kind": kind, "suspect": suspect, "factor": self.spec.factor}
+            report["named_after_rounds"] = next(
+                (
+                    e["after_round"]
+                    for e in history
+                    if {"kind": kind, "suspect": suspect} in e.get("suspects", [])
+                ),
+                None,
+            )
+        return last, why, report
+
+    def _analyze(self, first: int) -> analysis.Analysis:
+        # The window starts once the first round's number has been scraped: before, the agents were
+        # starting (a round they played while Prometheus was not yet up would count).
+        window = time.time() - (first * self.spec.period + 2 * SCRAPE_SECONDS)
+        return analyzing.run(self.prometheus_url, GROUP, window, step=SCRAPE_SECONDS)
+
+    def _check_processes(self) -> None:
+        for process in self.processes:
+            if (why := process.exited()) is not None:
+                raise LabError(why)
+
+    # -- cleaning up -----------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Stop every process, delete every namespace (and with them the links), remove the files."""
+        for spawned in self.processes:
+            if spawned.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(spawned.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for spawned in self.processes:
+            try:
+                spawned.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(spawned.popen.pid, signal.SIGKILL)
+                spawned.popen.wait()
+        ip = self.tools.get("ip") or shutil.which("ip") or "ip"
+        for ns in reversed(self.namespaces):
+            # Whatever still runs in it (a probe an agent left behind) would keep it alive.
+            with contextlib.suppress(LabError):
+                for pid in _command(ip, "netns", "pids", ns).split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
+            try:
+                _command(ip, "netns", "del", ns)
+            except LabError as err:
+                self.say(f"lab {self.prefix}: {err}")
+        self.namespaces.clear()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def main(spec: LabSpec, as_json: bool) -> int:
+    """The command: build, run, print analyze's verdict, clean up; the exit code."""
+    if (problem := spec.problem()) is not None:
+        print(f"clusterhealth lab: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if os.geteuid() != 0:
+        print("clusterhealth lab: needs root (network namespaces, tc)", file=sys.stderr)
+        return EXIT_USAGE
+    lab = Lab(spec)
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        lab.build()
+        lab.start()
+        result, why, report = lab.run()
+    except KeyboardInterrupt:
+        lab.say(f"lab {lab.prefix}: interrupted, cleaning up")
+        return EXIT_INTERRUPTED
+    except (LabError, OSError) as err:
+        print(f"clusterhealth lab: {err}", file=sys.stderr)
+        return EXIT_LAB_FAILED
+    finally:
+        # A second Ctrl-C must not cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            lab.cleanup()
+            lab.say(f"lab {lab.prefix}: cleaned up")
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous)
+    summary = _summary(report)
+    if as_json:
+        document: dict[str, Any] = (
+            result.to_dict() if result is not None else {"probe": GROUP, "error": why, "suspects": []}
+        )
+        document["lab"] = report
+        print(json.dumps(document, indent=2, allow_nan=False))
+    else:
+        if result is not None:
+            sys.stdout.write(analysis.render_table(result))
+        else:
+            print(f"no verdict: {why}")
+        print(summary)
+    if result is None or result.not_enough_evidence:
+        return analyzing.EXIT_NO_VERDICT
+    return analyzing.EXIT_SUSPECTS if result.suspects else analyzing.EXIT_NO_SUSPECT
+
+
+def _summary(report: dict[str, Any]) -> str:
+    head = f"lab: {report['hosts']} hosts, {report['rounds']} rounds of {report['period_seconds']:g} s"
+    degraded = report.get("degraded")
+    if degraded is None:
+        return head + ", nothing degraded"
+    named = report.get("named_after_rounds")
+    when = f"named after round {named}" if named is not None else "not named"
+    return f"{head}; {degraded['kind']} {degraded['suspect']} degraded to {degraded['factor']:g}: {when}"

@@ -1,0 +1,492 @@
+"""Pairwise probe groups in the agent: each group's rounds on this node, what they keep, what they export.
+
+A group's agents measure each other in rotating pairs with no coordinator (docs/fabric.md). On
+each node, one thread per group wakes at each slot of each round on the wall clock, asks the
+schedule (checks/fabric/schedule.py) whom it meets and in which role, and plays its end
+(checks/fabric/meeting.py) under the node's probe lock and idle guard, like every probe:
+
+* the **regular slot** at the round's start (round = Unix time // period, from the slot's
+  scheduled time, never from when the thread woke);
+* the **confirming slot** at mid-round (``RoundTiming.confirm_start``), on the group's second port,
+  when ``schedule.confirming`` says this node replays a short meeting of an earlier round.
+
+What a node keeps per group (``probing.state_dir``/pairwise-NAME.json, written atomically): runs
+by result, the last runs, the current round's result, and the two short histories of its own
+regular meetings and confirming slots that ``schedule.confirming`` decides from. So a restarted
+agent, `clusterhealth scrape` and a reload see the same state.
+
+What it exports (SPEC "Fabric", ``probe`` = the group's name): the probe families of SPEC
+"Probes", and for the round the wall clock is in now, ``clusterhealth_probe_round{probe}``, and the
+current round's result only: ``clusterhealth_probe_bandwidth_bytes_per_second{probe,peer}`` and
+``clusterhealth_probe_peer_success{probe,peer}`` (absent when the round was skipped). The round
+number and the result come from one read of the state at collection time, so a result is never
+exported beside the next round's number, and a node exports one partner at a time whatever the
+size of the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterhealth.agent.config import PairwiseGroupConfig, parse_bandwidth
+from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
+from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.fabric import meeting
+from clusterhealth.checks.fabric.schedule import (
+    CONFIRM_ATTEMPTS,
+    Assignment,
+    Played,
+    Schedule,
+    confirming,
+    regular,
+    round_at,
+)
+from clusterhealth.checks.probe_parsers import ProbeParse
+from clusterhealth.checks.probes import (
+    RESULTS,
+    ProbeLock,
+    ProbeOutcome,
+    RunResult,
+    evaluate,
+    skipped,
+    statefile,
+    template,
+)
+
+log = logging.getLogger("clusterhealth.pairwise")
+
+FORMAT_VERSION = 1
+# The old and the new rounds of a group may overlap for a slot after a reload (the old one ends
+# the meeting it is in): their writes of the group's state file are read-modify-write under this.
+_WRITING = threading.Lock()
+
+
+def state_path(state_dir: Path, group: str) -> Path:
+    return state_dir / f"pairwise-{group}.json"
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """What this node recorded for one slot."""
+
+    round: int
+    confirming: bool
+    peer: str
+    outcome: ProbeOutcome
+    started_at: float  # wall clock
+    duration_seconds: float
+    command: str
+
+
+@dataclass
+class GroupState:
+    runs: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(RESULTS, 0)))
+    last: SlotResult | None = None  # the last slot that was not skipped
+    last_any: SlotResult | None = None
+    # The latest slot of the latest round played: a confirming meeting's result replaces the
+    # regular one; a skipped confirming slot leaves the regular result in place.
+    current: SlotResult | None = None
+    history: dict[int, Played] = field(default_factory=dict)  # regular meetings, by round
+    confirms: dict[int, Played] = field(default_factory=dict)  # confirming slots, by round
+
+
+class GroupStore:
+    """A group's state in ``probing.state_dir``, written atomically and re-read when it changed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._state = GroupState()
+        self._signature: statefile.Signature | None = None
+        self.problem: str | None = None
+
+    def read(self) -> GroupState:
+        """A copy of the state, as the file holds it now."""
+        with _WRITING:
+            self._refresh()
+            s = self._state
+            return GroupState(
+                Counter(s.runs), s.last, s.last_any, s.current, dict(s.history), dict(s.confirms)
+            )
+
+    def update(self, change: Callable[[GroupState], None]) -> None:
+        with _WRITING:
+            self._refresh()
+            change(self._state)
+            try:
+                self._signature = statefile.write_json(self.path, _encode(self._state))
+            except OSError as err:
+                self.problem = (
+                    f"cannot save pairwise results to {self.path}: {err}; they are kept in memory only"
+                )
+            else:
+                self.problem = None
+
+    def _refresh(self) -> None:
+        try:
+            current = statefile.signature(self.path)
+            if current is None or current == self._signature:
+                return
+            state = _decode(json.loads(self.path.read_bytes()))
+        except (OSError, ValueError) as err:
+            self.problem = f"cannot read pairwise results from {self.path}: {err}"
+            return
+        self._state, self._signature = state, current
+
+
+class GroupRounds:
+    """One pairwise group on this node: the thread that plays its slots, and its series."""
+
+    def __init__(
+        self,
+        group: PairwiseGroupConfig,
+        node: str,
+        runner: ProbeRunner,
+        state_dir: Path,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.group, self.node, self.runner, self.clock = group, node, runner, clock
+        self.schedule = Schedule(group.members, group.name)
+        self.timing = group.timing()
+        self.kind = probe_parsers.kind(group.kind)
+        self.store = GroupStore(state_path(state_dir, group.name))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def member(self) -> bool:
+        return self.node in self.schedule
+
+    @property
+    def problem(self) -> str | None:
+        """Why the group's state cannot be kept (an unwritable state directory), if it cannot."""
+        return self.store.problem
+
+    # -- running ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        g = self.group
+        if not self.member:
+            log.info(
+                "node %s is not a member of pairwise group %s (%d members): it takes no part",
+                self.node,
+                g.name,
+                len(self.schedule),
+            )
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"pairwise-{g.name}", daemon=True)
+            self._thread.start()
+            log.info(
+                "pairwise group %s: %d members, %s kind, rounds of %g s, this node is %s",
+                g.name,
+                len(self.schedule),
+                g.kind,
+                g.period_seconds,
+                self.node,
+            )
+
+    def close(self) -> None:
+        """Stop after the meeting in progress, if any: cutting it short would fail the partner's end."""
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def next_slot(self, after: float) -> tuple[int, bool, float]:
+        """(round, confirming, start) of the first slot that starts after ``after``."""
+        period = self.group.period_seconds
+        r = round_at(after, period)
+        for round_, confirming_, start in (
+            (r, False, r * period),
+            (r, True, r * period + self.timing.confirm_start),
+            (r + 1, False, (r + 1) * period),
+        ):
+            if start > after:
+                return round_, confirming_, start
+        raise AssertionError("unreachable: the next round starts after any time in this one")
+
+    def _wait_until(self, target: float) -> bool:
+        """Sleep until ``target`` on the wall clock; True if the agent is stopping."""
+        while (remaining := target - self.clock()) > 0:
+            # In steps, so that a clock stepped by NTP is followed within a second.
+            if self._stop.wait(min(remaining, 1.0)):
+                return True
+        return self._stop.is_set()
+
+    def _loop(self) -> None:
+        # A slot already under way when the thread starts is left alone: after a reload, the old
+        # thread is still playing it.
+        round_, confirming_, start = self.next_slot(self.clock())
+        while not self._wait_until(start):
+            try:
+                self.play_slot(round_, confirming_, start)
+            except Exception:  # a slot's failure must not end the group's rounds
+                log.exception("pairwise group %s: round %d failed unexpectedly", self.group.name, round_)
+            round_, confirming_, start = self.next_slot(max(start, self.clock()))
+
+    def play_slot(self, round_: int, confirming_: bool, start: float) -> SlotResult | None:
+        """Play this node's end of one slot that starts at ``start`` and record it."""
+        if confirming_:
+            state = self.store.read()
+            plan = confirming(self.schedule, self.node, round_, state.history, state.confirms)
+            if plan is None:
+                return None
+            port, runs = self.group.confirm_port, self.group.confirm_runs
+        else:
+            plan = regular(self.schedule, self.node, round_)
+            if plan.partner is None:
+                log.debug("pairwise group %s round %d: %s %s", self.group.name, round_, self.node, plan.why)
+                self.store.update(lambda s: _keep(s.history, round_, Played(round_, None, None, None)))
+                return None
+            port, runs = self.group.port, 1
+        late = self.clock() - start
+        if late > self.timing.startup:
+            outcome = skipped(f"the slot started {late:.1f} s ago, too late to take part")
+            result = SlotResult(round_, confirming_, plan.partner or "", outcome, self.clock(), 0.0, "")
+        else:
+            result = self._meet(plan, port, runs, start)
+        self._record(result, plan)
+        return result
+
+    def _meet(self, plan: Assignment, port: int, runs: int, start: float) -> SlotResult:
+        assert plan.partner is not None and plan.role is not None
+        started_at, began = self.clock(), time.monotonic()
+
+        def done(outcome: ProbeOutcome, command: str = "") -> SlotResult:
+            duration = time.monotonic() - began
+            return SlotResult(
+                plan.round, plan.confirming, plan.partner or "", outcome, started_at, duration, command
+            )
+
+        lock = ProbeLock(self.runner.lock_path, self.group.name)
+        try:
+            acquired = lock.acquire()
+        except OSError as err:
+            return done(ProbeOutcome("failed", f"cannot take the probe lock {self.runner.lock_path}: {err}"))
+        if not acquired:
+            holder = lock.holder() or "unknown holder"
+            return done(skipped(f"another probe holds {self.runner.lock_path}: {holder}"))
+        try:
+            busy = self.runner.idle.check()
+            if busy is not None:
+                return done(skipped(busy))
+            members = self.group.members
+            values = {
+                "peer": members[plan.partner],
+                "peer_node": plan.partner,
+                "address": members[self.node],
+                "node": self.node,
+                "port": str(port),
+            }
+            argv_template = self.group.server_argv if plan.role == "server" else self.group.client_argv
+            try:
+                argv = template(argv_template, values)
+            except ValueError as err:
+                return done(ProbeOutcome("failed", f"cannot build the command: {err}"))
+            end = meeting.End(
+                argv,
+                self.kind,
+                start,
+                self.timing,
+                runs,
+                plan.confirming,
+                plan.partner,
+                env=self.group.env or None,
+                max_output_bytes=self.runner.probing.max_output_bytes,
+            )
+            if plan.role == "server":
+                address = members[plan.partner]
+                played = meeting.serve(
+                    end, self._judge, lambda remote: _same_host(remote, address), self.clock
+                )
+            else:
+
+                def ready() -> ProbeOutcome | None:
+                    # The guard again, right before the first connection: a job may have started.
+                    busy = self.runner.idle.check()
+                    return skipped(busy) if busy is not None else None
+
+                played = meeting.connect(end, self._judge, self.clock, self._wait_until, ready)
+            if self.group.expect == "learn":
+                self.runner.baselines.learn(self.group.name, "", played.outcome)
+            return done(played.outcome, played.command)
+        finally:
+            lock.release()
+
+    def _judge(self, result: RunResult, parse: ProbeParse | None) -> ProbeOutcome:
+        configured = parse_bandwidth(self.group.expect) if self.group.expect != "learn" else None
+        expected = (
+            configured if configured is not None else self.runner.baselines.expected(self.group.name, "")
+        )
+        fraction = self.group.degraded_fraction or self.runner.probing.degraded_fraction
+        return evaluate(self.group.kind, result, parse, expected, fraction)
+
+    def _record(self, result: SlotResult, plan: Assignment) -> None:
+        outcome = result.outcome
+        short = None if outcome.result == "skipped" else outcome.result != "ok"
+        played = Played(result.round, plan.partner, plan.role, short)
+
+        def change(state: GroupState) -> None:
+            state.runs[outcome.result] += 1
+            state.last_any = result
+            if outcome.result != "skipped":
+                state.last = result
+            # A confirming meeting replaces the regular result; one that did not take place
+            # leaves it: it is still this round's result.
+            if not result.confirming or outcome.result != "skipped":
+                state.current = result
+            _keep(state.confirms if result.confirming else state.history, result.round, played)
+
+        self.store.update(change)
+        what = "confirming meeting" if result.confirming else "meeting"
+        role = "serving" if plan.role == "server" else "connecting to"
+        level = logging.INFO if outcome.result in ("ok", "skipped") else logging.WARNING
+        log.log(
+            level,
+            "pairwise group %s round %d: %s %s %s: %s: %s (%.1fs)",
+            self.group.name,
+            result.round,
+            what,
+            role,
+            result.peer,
+            outcome.result,
+            outcome.reason,
+            result.duration_seconds,
+        )
+
+    # -- exporting --------------------------------------------------------------------------
+
+    def collect(self, families: ProbeFamilies) -> None:
+        """Add this group's series (none when this node is not a member)."""
+        if not self.member:
+            return
+        name = self.group.name
+        state = self.store.read()
+        for result in RESULTS:
+            families.runs.add_metric([name, result], float(state.runs[result]))
+        if state.last_any is not None:
+            families.last_run.add_metric([name], state.last_any.started_at)
+        if state.last is not None:
+            outcome = state.last.outcome
+            families.success.add_metric([name], 1.0 if outcome.success else 0.0)
+            families.duration.add_metric([name], state.last.duration_seconds)
+            if outcome.expected_bytes_per_second is not None:
+                families.expected.add_metric([name], outcome.expected_bytes_per_second)
+        now = round_at(self.clock(), self.group.period_seconds)
+        families.round.add_metric([name], float(now))
+        families.members.add_metric([name], float(len(self.schedule)))
+        current = state.current
+        if current is not None and current.round == now and current.outcome.result != "skipped":
+            families.peer_success.add_metric([name, current.peer], 1.0 if current.outcome.success else 0.0)
+            if current.outcome.bandwidth_bytes_per_second is not None:
+                families.bandwidth.add_metric(
+                    [name, current.peer], current.outcome.bandwidth_bytes_per_second
+                )
+
+
+def _keep(history: dict[int, Played], round_: int, played: Played) -> None:
+    """Record a round and forget what ``schedule.confirming`` no longer reads."""
+    history[round_] = played
+    for old in [r for r in history if r < round_ - CONFIRM_ATTEMPTS - 1]:
+        del history[old]
+
+
+def _same_host(remote: str, address: str) -> bool:
+    """Is ``remote`` (an address a tool printed) the member at ``address`` (an IP or a name)?"""
+    remote = _plain(remote)
+    if remote == _plain(address):
+        return True
+    try:
+        ipaddress.ip_address(address)
+        return False  # an IP address that differs
+    except ValueError:
+        pass
+    try:
+        resolved = {_plain(str(info[4][0])) for info in socket.getaddrinfo(address, None)}
+    except OSError:
+        return True  # cannot tell: give the meeting the benefit of the doubt
+    return remote in resolved
+
+
+def _plain(address: str) -> str:
+    # A dual-stack server prints an IPv4 client as ::ffff:10.0.0.1.
+    with contextlib.suppress(ValueError):
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ip)
+    return address
+
+
+# --- the state file ----------------------------------------------------------------------------
+
+
+def _encode(state: GroupState) -> dict[str, Any]:
+    def result(r: SlotResult | None) -> dict[str, Any] | None:
+        return None if r is None else asdict(r)
+
+    def history(h: dict[int, Played]) -> dict[str, Any]:
+        return {str(r): [p.partner, p.role, p.short] for r, p in sorted(h.items())}
+
+    return {
+        "version": FORMAT_VERSION,
+        "runs": dict(state.runs),
+        "last": result(state.last),
+        "last_any": result(state.last_any),
+        "current": result(state.current),
+        "history": history(state.history),
+        "confirms": history(state.confirms),
+    }
+
+
+def _decode(document: Any) -> GroupState:
+    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
+        raise ValueError(f"not a version {FORMAT_VERSION} pairwise state file")
+
+    def result(data: Any) -> SlotResult | None:
+        if data is None:
+            return None
+        outcome = ProbeOutcome(**data["outcome"])
+        if outcome.result not in RESULTS:
+            raise ValueError(f"unknown result {outcome.result!r}")
+        return SlotResult(
+            int(data["round"]),
+            bool(data["confirming"]),
+            str(data["peer"]),
+            outcome,
+            float(data["started_at"]),
+            float(data["duration_seconds"]),
+            str(data["command"]),
+        )
+
+    def history(data: Any) -> dict[int, Played]:
+        out = {}
+        for r, (partner, role, short) in data.items():
+            if role not in ("server", "client", None) or short not in (True, False, None):
+                raise ValueError(f"malformed history entry for round {r}")
+            out[int(r)] = Played(int(r), partner, role, short)
+        return out
+
+    try:
+        return GroupState(
+            Counter({r: int(document["runs"].get(r, 0)) for r in RESULTS}),
+            result(document["last"]),
+            result(document["last_any"]),
+            result(document["current"]),
+            history(document["history"]),
+            history(document["confirms"]),
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"malformed pairwise state ({type(err).__name__}: {err})") from err

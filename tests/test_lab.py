@@ -1,0 +1,172 @@
+"""`clusterhealth lab`: the real command, as root, on network namespaces it builds and removes.
+
+Three labs of 8 hosts run side by side (their names and addresses never meet): a degraded host,
+a degraded path, nothing degraded. Each must name exactly its culprit (the path as a path, never
+as one of its hosts; nobody in the healthy lab). Meanwhile two more labs check the clean-up: one
+interrupted with Ctrl-C, one whose Prometheus fails to start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from clusterhealth.agent.lab import LabSpec, minimum_period
+
+from .conftest import CLUSTERHEALTH, run_cli
+
+HOSTS, ROUNDS = 8, 5
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces, tc); CI runs the suite as root")
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[str]
+    started: float
+
+    def result(self) -> tuple[int, dict[str, Any], str]:
+        out, err = self.process.communicate(timeout=600)
+        assert out, err
+        return self.process.returncode, json.loads(out), err
+
+
+def _lab(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [CLUSTERHEALTH, "lab", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def labs() -> Iterator[dict[str, Running]]:
+    _needs_root()
+    common = ["--hosts", str(HOSTS), "--rounds", str(ROUNDS), "--json"]
+    started = {
+        "host": Running(_lab(*common, "--degrade-host", "h3"), time.monotonic()),
+        "path": Running(_lab(*common, "--degrade-path", "first"), time.monotonic()),
+        "healthy": Running(_lab(*common), time.monotonic()),
+    }
+    yield started
+    for running in started.values():
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGINT)
+            running.process.communicate(timeout=120)
+
+
+def _made_by(prefix: str, workdir: str) -> tuple[list[str], list[str]]:
+    """Namespaces and processes of a lab that still exist."""
+    namespaces = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.startswith(prefix)
+    ]
+    processes = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or ())
+        if workdir in cmdline or f"{prefix}-" in cmdline:
+            processes.append(f"{p.info['pid']} {cmdline}")
+    return namespaces, processes
+
+
+def _header(stderr_line: str) -> tuple[str, str]:
+    m = re.match(r"lab (chl[0-9a-f]+): \d+ hosts, work directory (\S+)", stderr_line)
+    assert m, stderr_line
+    return m.group(1), m.group(2)
+
+
+def test_ctrl_c_removes_everything_the_lab_made(labs: dict[str, Running]) -> None:
+    process = _lab("--hosts", "3", "--rounds", "3")
+    assert process.stderr is not None
+    prefix, workdir = _header(process.stderr.readline())
+    for line in process.stderr:  # up to the moment the agents and Prometheus run
+        if "agents up" in line:
+            break
+    assert Path(workdir).is_dir() and _made_by(prefix, workdir)[0], "the lab was built"
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, rest
+    assert "interrupted, cleaning up" in rest and "cleaned up" in rest
+    assert _made_by(prefix, workdir) == ([], [])
+    assert not Path(workdir).exists()
+
+
+def test_a_failure_midway_removes_everything_too(labs: dict[str, Running], tmp_path: Path) -> None:
+    # A Prometheus that cannot start: the namespaces, links and agents exist by then.
+    fake = tmp_path / "bin" / "prometheus"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'fake prometheus: no, not today' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    process = _lab("--hosts", "2", env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    _, err = process.communicate(timeout=120)
+    prefix, workdir = _header(err.splitlines()[0])
+    assert process.returncode == 4, err
+    assert "prometheus exited 1: fake prometheus: no, not today" in err
+    assert _made_by(prefix, workdir) == ([], [])
+    assert not Path(workdir).exists()
+
+
+def test_a_degraded_host_is_named_as_that_host(labs: dict[str, Running]) -> None:
+    code, result, err = labs["host"].result()
+    assert code == 1, err
+    assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("host", "h3")], err
+    assert result["probe"] == "fabric" and result["nodes"] == HOSTS
+    lab = result["lab"]
+    assert lab["degraded"] == {"kind": "host", "suspect": "h3", "factor": 0.5}
+    # Named at the first verdict (analyze wants 3 rounds): within 3 rounds, the goal.
+    assert lab["named_after_rounds"] == 3, lab["history"]
+    ratio = result["suspects"][0]["evidence"]["median_ratio"]
+    assert 0.4 <= ratio <= 0.6, "tbf at half the common rate"
+
+
+def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running]) -> None:
+    code, result, err = labs["path"].result()
+    assert code == 1, err
+    degraded = result["lab"]["degraded"]
+    assert degraded["kind"] == "path"
+    assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("path", degraded["suspect"])], err
+    for entry in result["lab"]["history"]:
+        assert all(s["kind"] == "path" for s in entry.get("suspects", [])), "never one of its hosts"
+    evidence = result["suspects"][0]["evidence"]
+    assert evidence["rounds"][1] == evidence["rounds"][0] + 1, "a meeting and its confirmation"
+    assert result["lab"]["named_after_rounds"] == 3, result["lab"]["history"]
+
+
+def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running]) -> None:
+    code, result, err = labs["healthy"].result()
+    assert code == 0, err
+    assert result["suspects"] == [] and result["lab"]["degraded"] is None
+    assert all(e.get("suspects", []) == [] for e in result["lab"]["history"])
+    assert result["rounds"] >= ROUNDS and result["meetings"] >= ROUNDS * HOSTS // 2
+
+
+def test_bad_arguments_exit_2_before_anything_is_built() -> None:
+    assert run_cli("lab", "--hosts", "1").returncode == 2
+    done = run_cli("lab", "--hosts", "4", "--degrade-host", "h9")
+    assert done.returncode == 2 and "--degrade-host: expected one of h1..h4" in done.stderr
+    done = run_cli("lab", "--hosts", "4", "--degrade-path", "h1-h1")
+    assert done.returncode == 2 and "two different hosts" in done.stderr
+    done = run_cli("lab", "--hosts", "4", "--degrade-path", "h1,h2")
+    assert done.returncode == 2 and "expected hA-hB" in done.stderr
+    done = run_cli("lab", "--hosts", "4", "--period", "5")
+    assert done.returncode == 2 and f"at least {minimum_period():g} s" in done.stderr
+    assert LabSpec(hosts=8, degrade_path=("h2", "h5")).problem() is None
