@@ -466,6 +466,17 @@ CASES = [
         ],
     ),
     Case(
+        "NodeStraggler",
+        "a pairwise group's bad host is the fabric's straggler once it failed with 3 clean partners "
+        "for 10 minutes; its partners are not",
+        pairwise_group("h1"),
+        [
+            ("20m", []),
+            ("50m", []),
+            ("59m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4)]),
+        ],
+    ),
+    Case(
         "ProbeFailing",
         "a pairwise group's failed meetings are its host rule's, not ProbeFailing's",
         pairwise_group("h1"),

@@ -567,7 +567,8 @@ or on (instance, job, interface)
                 "NodeStraggler",
                 "warning",
                 _joined(
-                    f"""instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy
+                    _joined(
+                        f"""instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy
   < on (instance, job, name) group_left ()
   (instance:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
   < on (job, name) group_left ()
@@ -578,19 +579,29 @@ clusterhealth_probe_bandwidth_bytes_per_second{local}
   (job_probe:clusterhealth_probe_bandwidth_bytes_per_second:median * {below})
   and on (job, probe)
   job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes >= {c.straggler_min_nodes}""",
+                        # The pairwise host rule, as FabricBandwidthDegraded has it: a host its
+                        # group's meetings single out is the fabric's straggler.
+                        pairwise_host,
+                    ),
                     c.straggler_pairwise_host_expr,
                 ),
                 "{{ if $labels.gpu }}" + GPU + " is a straggler: its SM clock sits below its node's and "
-                "its fleet's.{{ else }}{{ $labels.instance }} is a straggler in probe {{ $labels.probe "
-                "}}.{{ end }}",
+                "its fleet's.{{ else }}{{ if $labels.pairwise }}{{ $labels.instance }} is the straggler "
+                "of pairwise group {{ $labels.probe }}.{{ else }}{{ $labels.instance }} is a straggler "
+                "in probe {{ $labels.probe }}.{{ end }}{{ end }}",
                 "{{ if $labels.gpu }}Busy at {{ $value | humanize }}Hz, more than "
                 f"{c.straggler_margin:.0%} below the median of the node's and the fleet's busy GPUs "
                 "of the same model: every synchronous job step waits for it. Look for clock events "
-                "(thermal, power) and drain it if it persists.{{ else }}The node's last run measured "
-                "{{ $value | humanize1024 }}B/s, more than "
+                "(thermal, power) and drain it if it persists.{{ else }}{{ if $labels.pairwise }}Its "
+                "meetings failed or fell short with {{ $value }} partners within "
+                f"{c.pairwise_host_window}, each of which did fine with its other partners: every "
+                "collective it joins runs at "
+                "its pace. `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings; "
+                "drain it and check its HCAs, PCIe links and cables.{{ else }}The node's last run "
+                "measured {{ $value | humanize1024 }}B/s, more than "
                 f"{c.straggler_margin:.0%} below the fleet's median for the same probe: the node "
                 "slows every job it joins. Compare its GPUs' clocks and HCAs' counters with a healthy "
-                "node.{{ end }}",
+                "node.{{ end }}{{ end }}",
                 c.for_sustained,
             ),
             Alert(
