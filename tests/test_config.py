@@ -57,6 +57,11 @@ def test_values_are_read_into_typed_objects(tmp_path: Path) -> None:
         ("collectors:\n  gpu:\n    enabled: 'yes'\n", "collectors.gpu.enabled", "true or false"),
         ("collectors:\n  gpu: [1, 2]\n", "collectors.gpu", "a mapping"),
         ("listen: 9845\n", "listen", "a string"),
+        (
+            "probes:\n  - {name: s, kind: iperf3, argv: [iperf3, -s, -1]}\n",
+            "probes[0].argv[2]",
+            "write it quoted, '-1'",
+        ),
         ("listen: 'localhost'\n", "listen", "HOST:PORT"),
         ("listen: ':99999'\n", "listen", "HOST:PORT"),
         ("log_level: loud\n", "log_level", "one of debug, info, warning, error"),
