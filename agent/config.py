@@ -750,9 +750,8 @@ def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
     if hint is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             # YAML reads an unquoted -1 or 10 in a command line as a number.
-            raise ConfigError(
-                source, key, f"a string (YAML read a number: write it quoted, '{value}')", value
-            )
+            quoted = f"'{_show(value)}'"
+            raise ConfigError(source, key, f"a string (YAML read a number: write it quoted, {quoted})", value)
         if not isinstance(value, str):
             raise ConfigError(source, key, "a string", value)
         return value
