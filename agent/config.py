@@ -748,10 +748,13 @@ def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
             return math.inf if value > 0 else -math.inf  # out of every range: _check_bounds says which
         return float(value)
     if hint is str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) or (
+            isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 64
+        ):
             # YAML reads an unquoted -1 or 10 in a command line as a number.
-            quoted = f"'{_show(value)}'"
-            raise ConfigError(source, key, f"a string (YAML read a number: write it quoted, {quoted})", value)
+            raise ConfigError(
+                source, key, f"a string (YAML read a number: write it quoted, '{value}')", value
+            )
         if not isinstance(value, str):
             raise ConfigError(source, key, "a string", value)
         return value
