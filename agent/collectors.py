@@ -24,6 +24,7 @@ from clusterhealth.checks.audit_collector import AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.exporters.base import Collector
 from clusterhealth.exporters.gpu import GpuCollector
+from clusterhealth.exporters.pcie_aer import PcieAerCollector
 from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.xid import XidCollector
 
@@ -87,6 +88,10 @@ def _rdma(config: Config, node: Node) -> RdmaCollector:
     return RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
 
 
+def _pcie_aer(config: Config, node: Node) -> PcieAerCollector:
+    return PcieAerCollector(Path(config.paths.sysfs), config.collectors.pcie_aer.drivers)
+
+
 def _xid(config: Config, node: Node) -> XidCollector:
     return XidCollector(node.ledger, node.directory)
 
@@ -134,6 +139,13 @@ COLLECTORS: tuple[Entry, ...] = (
         inputs=lambda c: (c.collectors.rdma, c.paths.sysfs),
         source="sysfs: `class/infiniband/*` (ports, `counters/`, `hw_counters/`), `class/net/*/mtu`, "
         "the HCAs' PCI links",
+    ),
+    Entry(
+        "pcie_aer",
+        _pcie_aer,
+        inputs=lambda c: (c.collectors.pcie_aer, c.paths.sysfs),
+        source="sysfs: `bus/pci/devices/*/aer_dev_{correctable,nonfatal,fatal}` of the functions "
+        "bound to `drivers`",
     ),
     Entry(
         "xid",

@@ -169,6 +169,20 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class PcieAerConfig:
+    enabled: bool = setting(True, doc="export the PCIe AER error counts of the GPUs' and HCAs' PCI functions")
+    interval_seconds: float = setting(30.0, doc="how often sysfs is read", min=0.5, max=3600)
+    timeout_seconds: float = setting(
+        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
+    )
+    drivers: tuple[str, ...] = setting(
+        ("nvidia", "mlx5_core"),
+        doc="glob patterns of the drivers whose PCI functions are read (pcieport adds the switch ports)",
+        check=_check_globs,
+    )
+
+
+@dataclass(frozen=True)
 class XidConfig:
     enabled: bool = setting(
         True,
@@ -447,6 +461,7 @@ class CollectorsConfig:
     rdma: RdmaConfig = setting(default_factory=RdmaConfig, doc="the RDMA and network exporter")
     audit: AuditConfig = setting(default_factory=AuditConfig, doc="the node audits")
     xid: XidConfig = setting(default_factory=XidConfig, doc="the Xid counter (NVML events and kernel log)")
+    pcie_aer: PcieAerConfig = setting(default_factory=PcieAerConfig, doc="the PCIe AER counters")
     probes: ProbesCollectorConfig = setting(
         default_factory=ProbesCollectorConfig, doc="the fabric probes' schedule and results"
     )

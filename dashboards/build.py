@@ -653,6 +653,20 @@ def node() -> gd.Dashboard:
             )
         )
         .with_panel(
+            graph(
+                "PCIe AER errors",
+                "AER errors the GPUs' and HCAs' PCI functions reported, by severity: corrected ones "
+                "rising mark a marginal riser, cable or slot (the kernel log's AER events, counted).",
+                [
+                    Query(
+                        f"sum by (device, driver, severity) "
+                        f"(increase(clusterhealth_pcie_aer_errors_total{{{SEL}}}[{RATE}]))",
+                        "{{device}} ({{driver}}) {{severity}}",
+                    )
+                ],
+            )
+        )
+        .with_panel(
             grid(
                 "Interfaces' MTU",
                 "MTU of the RDMA netdevs and audited interfaces.",

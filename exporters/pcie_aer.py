@@ -1,0 +1,131 @@
+"""PCIe Advanced Error Reporting counters of the GPUs' and HCAs' PCI functions, from sysfs.
+
+The kernel keeps, per PCI function with AER, three files of counts since boot
+(drivers/pci/pcie/aer.c, `aer_stats_attrs`): `aer_dev_correctable`, `aer_dev_nonfatal` and
+`aer_dev_fatal`, one `NAME COUNT` line per error type and a `TOTAL_ERR_*` line. A correctable error
+is retried by the link itself and costs bandwidth (a marginal riser, cable or slot shows as a
+rising count); a non-fatal one loses a transaction; a fatal one takes the link down. The kernel
+log says when each happens (`clusterhealth_kernel_events_total{event="pcie_aer_*"}`); these
+counters say how many, without a log line missed or rotated away.
+
+Only the functions bound to the drivers the settings name are read (NVIDIA GPUs and mlx5 HCAs by
+default; `pcieport` adds the switch and root ports above them). Per function and severity the
+total is exported, from the `TOTAL_ERR_*` line, or the sum of the lines when a kernel prints none;
+the per-type breakdown stays in the files (`cat .../aer_dev_correctable`), which keeps the series
+to three per function.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from clusterhealth.exporters.base import NoData
+
+SEVERITIES = (
+    ("correctable", "aer_dev_correctable"),
+    ("nonfatal", "aer_dev_nonfatal"),
+    ("fatal", "aer_dev_fatal"),
+)
+# The kernel prints u64 counts; more digits than that is damage, and int() of thousands raises.
+_MAX_DIGITS = 20
+_MAX_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class AerCounts:
+    """One `aer_dev_*` file: counts by error type and the total (None: no usable line)."""
+
+    by_type: dict[str, int]
+    total: int | None
+
+
+@dataclass(frozen=True)
+class AerFunction:
+    address: str  # 0000:1b:00.0, as sysfs names it
+    driver: str
+    counts: dict[str, AerCounts]  # severity -> counts; a severity whose file is unreadable is left out
+
+
+def parse_aer_counts(text: str) -> AerCounts:
+    """The lines of an `aer_dev_*` file; a line that is not `NAME COUNT` is skipped, never raised."""
+    by_type: dict[str, int] = {}
+    total = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit() or len(parts[1]) > _MAX_DIGITS:
+            continue
+        name, count = parts[0], int(parts[1])
+        if name.startswith("TOTAL_"):
+            total = count
+        else:
+            by_type[name] = count
+    if total is None and by_type:
+        total = sum(by_type.values())
+    return AerCounts(by_type, total)
+
+
+def read_aer_functions(sysfs_root: Path, drivers: Sequence[str]) -> list[AerFunction]:
+    """The PCI functions under `bus/pci/devices` bound to one of `drivers` (globs) that have AER
+    statistics. FileNotFoundError when the PCI bus directory is absent."""
+    bus = os.path.join(os.fspath(sysfs_root), "bus", "pci", "devices")
+    functions = []
+    for address in sorted(os.listdir(bus)):
+        directory = os.path.join(bus, address)
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
+        except OSError:
+            continue  # no driver bound: nothing of ours
+        if not any(fnmatch.fnmatchcase(driver, pattern) for pattern in drivers):
+            continue
+        counts = {}
+        for severity, name in SEVERITIES:
+            text = _read(os.path.join(directory, name))
+            if text is not None:
+                counts[severity] = parse_aer_counts(text)
+        if counts:
+            functions.append(AerFunction(address, driver, counts))
+    return functions
+
+
+def _read(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # absent (no AER capability) or unreadable: that severity is left out
+    try:
+        return os.read(fd, _MAX_BYTES).decode("ascii", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class PcieAerCollector:
+    """The `pcie_aer` collector."""
+
+    name = "pcie_aer"
+
+    def __init__(self, sysfs_root: Path, drivers: Sequence[str]):
+        self.sysfs_root, self.drivers = sysfs_root, tuple(drivers)
+
+    def collect(self) -> list[Metric]:
+        try:
+            functions = read_aer_functions(self.sysfs_root, self.drivers)
+        except FileNotFoundError as absent:
+            raise NoData(f"no PCI bus in sysfs ({absent.filename})") from None
+        errors = CounterMetricFamily(
+            "clusterhealth_pcie_aer_errors_total",
+            "PCIe AER errors reported by the PCI function since boot, by severity (aer_dev_*).",
+            labels=["device", "driver", "severity"],
+        )
+        for function in functions:
+            for severity, counts in function.counts.items():
+                if counts.total is not None:
+                    errors.add_metric([function.address, function.driver, severity], float(counts.total))
+        return [errors] if errors.samples else []
