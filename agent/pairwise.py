@@ -458,9 +458,7 @@ def _decode(document: Any) -> GroupState:
     def result(data: Any) -> SlotResult | None:
         if data is None:
             return None
-        outcome = ProbeOutcome(**data["outcome"])
-        if outcome.result not in RESULTS:
-            raise ValueError(f"unknown result {outcome.result!r}")
+        outcome = ProbeOutcome.from_state(data["outcome"])
         return SlotResult(
             int(data["round"]),
             bool(data["confirming"]),

@@ -250,9 +250,7 @@ def _decode(document: Any) -> dict[str, _ProbeState]:
     def run(data: Any) -> PeerRun | None:
         if data is None:
             return None
-        outcome = ProbeOutcome(**data["outcome"])
-        if outcome.result not in RESULTS:
-            raise ValueError(f"unknown result {outcome.result!r}")
+        outcome = ProbeOutcome.from_state(data["outcome"])
         return PeerRun(
             str(data["probe"]),
             str(data["peer"]),

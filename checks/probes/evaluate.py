@@ -54,6 +54,17 @@ class ProbeOutcome:
             "wrong_values": self.wrong_values,
         }
 
+    @classmethod
+    def from_state(cls, data: Any) -> ProbeOutcome:
+        """An outcome as `dataclasses.asdict` kept it in a state file; ValueError when it is not one."""
+        try:
+            outcome = cls(**data)
+        except TypeError as err:
+            raise ValueError(f"not a probe outcome ({err})") from err
+        if outcome.result not in RESULTS:
+            raise ValueError(f"unknown result {outcome.result!r}")
+        return outcome
+
 
 def skipped(reason: str) -> ProbeOutcome:
     return ProbeOutcome(result="skipped", reason=reason)
