@@ -416,7 +416,8 @@ class ProbeFamilies:
             ),
             wrong=GaugeMetricFamily(
                 "clusterhealth_probe_wrong_values",
-                "nccl-tests #wrong of the last run, summed.",
+                "What the last run found wrong in the data it moved, by kind: "
+                f"{probe_parsers.wrong_values_help()}.",
                 labels=["probe"],
             ),
             peer_success=GaugeMetricFamily(

@@ -52,6 +52,7 @@ def _captures(folder: str, suffix: str) -> list[str]:
 NCCL_TESTS = _captures("nccl-tests", ".txt")
 IPERF3 = _captures("iperf3", ".json")
 IB_WRITE_BW = _captures("ib_write_bw", ".txt")
+NVBANDWIDTH = _captures("nvbandwidth", ".txt")
 KMSG_LINES = [
     row.split("\t", 1)[1]
     for row in (FIXTURES / "kmsg" / "lines.txt").read_text(encoding="utf-8").splitlines()
@@ -190,6 +191,12 @@ def test_iperf3_parser(text: str) -> None:
 @example(IB_WRITE_BW[0])
 def test_ib_write_bw_parser(text: str) -> None:
     _check_probe_result("ib_write_bw", text)
+
+
+@given(st.text() | mutated(NVBANDWIDTH))
+@example(NVBANDWIDTH[1])
+def test_nvbandwidth_parser(text: str) -> None:
+    _check_probe_result("nvbandwidth", text)
 
 
 # --- kernel log ---------------------------------------------------------------------------------------

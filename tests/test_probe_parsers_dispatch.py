@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusterhealth.agent.config import ProbeConfig
-from clusterhealth.checks.probe_parsers import KINDS, REGISTRY, headline_help, parse
+from clusterhealth.checks.probe_parsers import KINDS, REGISTRY, headline_help, parse, wrong_values_help
 
 from .conftest import run_cli
 
@@ -18,11 +18,14 @@ ONE_CAPTURE_PER_KIND = {
     "nccl-tests": FIXTURES / "nccl-tests" / "01_multinode_2x8_h100_allreduce_ib.txt",
     "iperf3": FIXTURES / "iperf3" / "01_tcp_loopback.json",
     "ib_write_bw": FIXTURES / "ib_write_bw" / "01_sweep_gbits_roce_gpudirect.txt",
+    "nvbandwidth": FIXTURES / "nvbandwidth" / "02_d2d_read_ce_6x_a6000_v0.8.txt",
 }
 
 
-def test_kinds_are_the_specs() -> None:
-    assert KINDS == ("nccl-tests", "iperf3", "ib_write_bw")
+def test_the_specs_kinds_are_registered() -> None:
+    # SPEC names three kinds for `probe parse --kind`; kinds added since come after them.
+    assert KINDS[:3] == ("nccl-tests", "iperf3", "ib_write_bw")
+    assert set(KINDS) == set(ONE_CAPTURE_PER_KIND)
 
 
 def test_the_registry_the_config_and_the_command_line_agree() -> None:
@@ -33,6 +36,7 @@ def test_the_registry_the_config_and_the_command_line_agree() -> None:
     for name, declared in REGISTRY.items():
         assert declared.name == name
         assert declared.headline in headline_help()
+        assert (f"{name}: {declared.wrong_values}" in wrong_values_help()) is bool(declared.wrong_values)
     usage = run_cli("probe", "parse", "--kind", "no-such-kind", "-")
     assert usage.returncode == 2
     assert "{" + ",".join(KINDS) + "}" in usage.stderr

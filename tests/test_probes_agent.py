@@ -239,7 +239,7 @@ def test_sample_config_is_valid_and_its_commands_fill_in(tmp_path: Path) -> None
     names = {p.name for p in config.probes}
     assert {"nccl-allreduce-local", "nccl-allreduce-ib-loopback", "ib-write-bw-loopback"} <= names
     kinds = {p.kind for p in config.probes}
-    assert kinds == {"nccl-tests", "ib_write_bw", "iperf3"}
+    assert kinds == {"nccl-tests", "ib_write_bw", "iperf3", "nvbandwidth"}
     ib = next(p for p in config.probes if p.name == "ib-write-bw-loopback")
     assert len(ib.peers) == 8
     assert configuration.parse_bandwidth(ib.expect) == 48.75e9  # 390 Gb/s

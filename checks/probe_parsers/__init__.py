@@ -12,7 +12,7 @@ headline ``bandwidth_bytes_per_second`` for ``clusterhealth_probe_bandwidth_byte
 
 from __future__ import annotations
 
-from clusterhealth.checks.probe_parsers import ib_write_bw, iperf3, nccl_tests
+from clusterhealth.checks.probe_parsers import ib_write_bw, iperf3, nccl_tests, nvbandwidth
 from clusterhealth.checks.probe_parsers._common import ProbeKind, ProbeParse, Verdict
 
 REGISTRY: dict[str, ProbeKind] = {
@@ -21,6 +21,7 @@ REGISTRY: dict[str, ProbeKind] = {
         nccl_tests.KIND,
         iperf3.KIND,
         ib_write_bw.KIND,
+        nvbandwidth.KIND,
     )
 }
 KINDS = tuple(REGISTRY)
@@ -44,4 +45,19 @@ def headline_help() -> str:
     return "; ".join(f"{k.name}: {k.headline}" for k in REGISTRY.values())
 
 
-__all__ = ["KINDS", "REGISTRY", "ProbeKind", "ProbeParse", "Verdict", "headline_help", "kind", "parse"]
+def wrong_values_help() -> str:
+    """What the wrong values are for each kind that checks its data, for the metric's HELP."""
+    return "; ".join(f"{k.name}: {k.wrong_values}" for k in REGISTRY.values() if k.wrong_values)
+
+
+__all__ = [
+    "KINDS",
+    "REGISTRY",
+    "ProbeKind",
+    "ProbeParse",
+    "Verdict",
+    "headline_help",
+    "kind",
+    "parse",
+    "wrong_values_help",
+]

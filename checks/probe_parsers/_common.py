@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 # ok: the run finished and its own checks passed.
-# wrong_results: the run finished but the collective produced wrong data (nccl-tests only).
+# wrong_results: the run finished but the tool found the data it moved wrong (nccl-tests' #wrong,
+#   nvbandwidth's pattern check).
 # failed: the tool reported an error.
 # incomplete: the output stops before the results, or holds none (crash, kill, timeout, garbage).
 Verdict = Literal["ok", "wrong_results", "failed", "incomplete"]
@@ -31,7 +32,8 @@ class ProbeParse(Protocol):
 
     @property
     def wrong_values(self) -> int | None:
-        """Elements the tool found wrong (nccl-tests `#wrong`); None for tools that do not check."""
+        """What the tool found wrong (its declaration's `wrong_values` says what); None for tools
+        that do not check."""
         ...
 
     @property
@@ -59,6 +61,9 @@ class ProbeKind:
     headline: str
     # What a non-zero exit code means beyond "exited N"; None when the tool's codes say no more.
     exit_code_meaning: Callable[[int], str] | None = None
+    # What `wrong_values` counts, for the HELP of clusterhealth_probe_wrong_values; None for a tool
+    # that does not check the data it moved.
+    wrong_values: str | None = None
     # Pairwise probe groups (checks/fabric): the tool runs as a server on one node and as a client
     # on its partner, and each end's output holds the headline figure of their meeting.
     pairwise: bool = False

@@ -644,4 +644,5 @@ KIND = ProbeKind(
     unit="GB/s",
     headline="bus bandwidth at the large message sizes (those within 1/4 of the largest)",
     exit_code_meaning=exit_code_meaning,
+    wrong_values="#wrong of every checked cell, summed",
 )

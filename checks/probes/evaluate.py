@@ -37,7 +37,7 @@ class ProbeOutcome:
     reason: str  # one sentence for a log line or `clusterhealth probe run`
     bandwidth_bytes_per_second: float | None = None  # the parser's headline figure
     expected_bytes_per_second: float | None = None
-    wrong_values: int | None = None  # nccl-tests #wrong summed; None when not checked
+    wrong_values: int | None = None  # the parser's wrong_values; None when not checked
 
     @property
     def success(self) -> bool:
