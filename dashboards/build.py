@@ -655,13 +655,13 @@ def node() -> gd.Dashboard:
         .with_panel(
             graph(
                 "PCIe AER errors",
-                "AER errors the GPUs' and HCAs' PCI functions reported, by severity: corrected ones "
+                "AER errors the GPUs' and HCAs' PCI functions reported, by class: correctable ones "
                 "rising mark a marginal riser, cable or slot (the kernel log's AER events, counted).",
                 [
                     Query(
-                        f"sum by (device, driver, severity) "
+                        f"sum by (device, driver, class) "
                         f"(increase(clusterhealth_pcie_aer_errors_total{{{SEL}}}[{RATE}]))",
-                        "{{device}} ({{driver}}) {{severity}}",
+                        "{{device}} ({{driver}}) {{class}}",
                     )
                 ],
             )

@@ -121,8 +121,10 @@ class PcieAerCollector:
             raise NoData(f"no PCI bus in sysfs ({absent.filename})") from None
         errors = CounterMetricFamily(
             "clusterhealth_pcie_aer_errors_total",
-            "PCIe AER errors reported by the PCI function since boot, by severity (aer_dev_*).",
-            labels=["device", "driver", "severity"],
+            "PCIe AER errors reported by the PCI function since boot, by error class (aer_dev_*).",
+            # `class`, the PCIe spec's word (error classification), not `severity`: alert rules set
+            # `severity` and would overwrite it.
+            labels=["device", "driver", "class"],
         )
         for function in functions:
             for severity, counts in function.counts.items():

@@ -81,7 +81,7 @@ def test_the_collector_exports_the_totals_of_the_selected_drivers(tree: Path) ->
     key = "clusterhealth_pcie_aer_errors_total"
     labels = {"device": ADDRESS, "driver": "e1000e"}
     assert {
-        dict(ls)["severity"]: v
+        dict(ls)["class"]: v
         for (n, ls), v in exported.items()
         if n == key and labels.items() <= dict(ls).items()
     } == {"correctable": 9, "fatal": 28, "nonfatal": 48}

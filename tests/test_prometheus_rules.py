@@ -64,6 +64,10 @@ def port(device: str, instance: str = "n1", **extra: str) -> dict[str, str]:
     return {"instance": instance, "device": device, "port": "1", **extra}
 
 
+def aer(device: str, driver: str, error_class: str, instance: str = "n1") -> dict[str, str]:
+    return {"instance": instance, "device": device, "driver": driver, "class": error_class}
+
+
 def S(name: str, where: dict[str, str]) -> str:
     where = dict(where)
     full = labels(where.pop("instance", "n1"), where)
@@ -313,6 +317,30 @@ CASES = [
             S("clusterhealth_rdma_device_pcie_link_generation_max", {"device": "mlx5_1"}): "5x20",
         },
         [("5m", []), ("15m", [F({"device": "mlx5_4"}, "warning", 8), F({"device": "mlx5_1"}, "warning", 3)])],
+    ),
+    Case(
+        "PCIeAERErrors",
+        "an uncorrectable error pages, counts since boot do not; correctable errors above 8 a minute "
+        "for 10 minutes open a ticket, 8 a minute and a short burst do not",
+        {
+            S("clusterhealth_pcie_aer_errors_total", aer("0000:18:00.0", "nvidia", "nonfatal")): "0x10 1x20",
+            S("clusterhealth_pcie_aer_errors_total", aer("0000:2a:00.0", "mlx5_core", "fatal")): "2x30",
+            S("clusterhealth_pcie_aer_errors_total", aer("0000:3a:00.0", "nvidia", "correctable")): "0+10x30",
+            S("clusterhealth_pcie_aer_errors_total", aer("0000:5d:00.0", "nvidia", "correctable")): "0+8x30",
+            S("clusterhealth_pcie_aer_errors_total", aer("0000:9a:00.0", "mlx5_core", "correctable")): (
+                "0x10 500x20"
+            ),
+        },
+        [
+            ("5m", []),
+            (
+                "20m",
+                [
+                    F(aer("0000:18:00.0", "nvidia", "nonfatal"), "critical", 1),
+                    F(aer("0000:3a:00.0", "nvidia", "correctable"), "warning", 10),
+                ],
+            ),
+        ],
     ),
     Case(
         "MTUMismatch",
@@ -771,7 +799,9 @@ def test_the_xid_runbook_table_is_the_catalogs() -> None:
 
 
 def test_every_runbook_says_how_to_confirm_and_what_to_do() -> None:
+    index = (ROOT / "docs" / "runbooks" / "README.md").read_text()
     for alert in {a.name for a in mixin.alerts(mixin.Config())}:
+        assert f"| {alert} | " in index, f"{alert} is missing from docs/runbooks/README.md"
         text = (ROOT / "docs" / "runbooks" / f"{alert}.md").read_text()
         assert text.startswith(f"# {alert}\n")
         assert "**Severity:**" in text and "## Meaning" in text and "## What to do" in text

@@ -85,6 +85,10 @@ class Config:
     symbol_errors_per_hour_warning: float = field(
         default=120, metadata={"doc": "symbol_error increase per error_window that opens a ticket"}
     )
+    pcie_correctable_errors_per_minute: float = field(
+        default=8,
+        metadata={"doc": "correctable AER errors a minute that open a ticket (DCGM's PCIe replay limit)"},
+    )
     link_error_recovery_per_minute: float = field(
         default=5, metadata={"doc": "link_error_recovery rate that counts as flapping"}
     )
@@ -496,6 +500,35 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 "The HCA's PCIe link trained narrower or slower than it can: it cannot feed its "
                 "port at line rate. Usually a badly seated card or riser; reseat it at the next "
                 "maintenance.",
+                c.for_sustained,
+            ),
+            # PCIe AER of the GPUs' and HCAs' PCI functions (the pcie_aer collector): counts since
+            # boot, so only an increase alerts.
+            Alert(
+                "PCIeAERErrors",
+                "critical",
+                f"""increase(
+  clusterhealth_pcie_aer_errors_total{m('class=~"nonfatal|fatal"')}[{c.error_window}]
+) > 0""",
+                "PCI function {{ $labels.device }} ({{ $labels.driver }}) on {{ $labels.instance }} "
+                "reported {{ $labels.class }} PCIe errors.",
+                "{{ $value | humanize }} uncorrectable ({{ $labels.class }}) AER errors in "
+                + c.error_window
+                + ": the link lost or poisoned a transaction, and a fatal error usually takes the "
+                "device off the bus (a GPU then reports Xid 79). Drain the node; reseat or replace "
+                "the device or its riser if it happens again.",
+            ),
+            Alert(
+                "PCIeAERErrors",
+                "warning",
+                f"""rate(clusterhealth_pcie_aer_errors_total{m('class="correctable"')}[{c.rate_window}]) * 60
+  > {c.pcie_correctable_errors_per_minute:g}""",
+                "PCI function {{ $labels.device }} ({{ $labels.driver }}) on {{ $labels.instance }} "
+                "counts many correctable PCIe errors.",
+                "{{ $value | humanize }} correctable AER errors a minute (bad TLPs or DLLPs, replays, "
+                f"receiver errors), above {c.pcie_correctable_errors_per_minute:g}: the link is "
+                "marginal and retransmits, which costs bandwidth, and it may train down or fail "
+                "next. Reseat the device or its riser at the next maintenance.",
                 c.for_sustained,
             ),
             Alert(
