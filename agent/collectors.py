@@ -75,7 +75,7 @@ def _kernel_log(config: Config, node: Node) -> KernelLogCollector:
     return KernelLogCollector(
         config.paths.kmsg,
         node.ledger,
-        node.directory.bus_ids,
+        lambda: node.gpu_index_of_bus(Path(config.paths.sysfs)),
         start=start,
         max_records_per_cycle=kernel.max_records_per_cycle,
         catch_up=node.one_shot,
@@ -129,8 +129,9 @@ COLLECTORS: tuple[Entry, ...] = (
     Entry(
         "kernel_log",
         _kernel_log,
-        inputs=lambda c: (c.collectors.kernel_log, c.paths.kmsg),
-        source="the kernel log, `paths.kmsg` (`/dev/kmsg`)",
+        inputs=lambda c: (c.collectors.kernel_log, c.paths.kmsg, c.paths.sysfs),
+        source="the kernel log, `paths.kmsg` (`/dev/kmsg`); sysfs `bus/pci/devices` to place a GPU "
+        "lost before it answered NVML",
         after=("gpu",),
     ),
     Entry(

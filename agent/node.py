@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from clusterhealth.agent import config as configuration
+from clusterhealth.checks.kernel_log import normalize_pci_bus_id
 from clusterhealth.checks.kernel_watch import SeenEvent, recent_xid_events
 from clusterhealth.exporters.gpu import GpuDirectory, GpuState
 from clusterhealth.exporters.nvml import NvmlSession
+from clusterhealth.exporters.pci import nvidia_gpu_functions
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
 
@@ -65,6 +68,25 @@ class Node:
             return NO_GPUS, ""
         return self.gpus.read()
 
+    def gpu_index_of_bus(self, sysfs_root: Path) -> dict[str, int]:
+        """PCI bus id -> GPU index, for the kernel log, which names GPUs by bus id only.
+
+        NVML told the bus ids of the GPUs that ever answered. A GPU lost before the agent started
+        never told its own; when exactly one GPU never answered and exactly one GPU function of the
+        nvidia driver in sysfs is no answering GPU's, that function is the lost GPU (NVML's order
+        is no guide: its documentation promises none). With two or more such GPUs the kernel log's
+        lines about them stay under their bus ids.
+        """
+        known = self.directory.bus_ids()
+        silent = self.directory.never_answered()
+        if len(silent) != 1:
+            return known
+        seen = {_canonical(bus) for bus in known}
+        others = [a for a in nvidia_gpu_functions(sysfs_root) if _canonical(a) not in seen]
+        if len(others) == 1:
+            known[others[0]] = silent.pop()
+        return known
+
     def recent_events(self, config: configuration.Config) -> tuple[list[SeenEvent] | None, str]:
         """Counted Xids (both sources) and the kernel log's other events, or None and why the log
         could not be read: an unreadable log must not read as "no Xid"."""
@@ -101,3 +123,10 @@ class Node:
         closing = threading.Thread(target=self.session.shutdown, args=(wait,), daemon=True)
         closing.start()
         closing.join(wait)
+
+
+def _canonical(bus_id: str) -> str | None:
+    try:
+        return normalize_pci_bus_id(bus_id)
+    except ValueError:
+        return None

@@ -261,12 +261,17 @@ class GpuDirectory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_index: dict[int, GpuIdentity] = {}
+        self._never_answered: set[int] = set()
 
     def learn(self, readings: Iterable[GpuReading]) -> None:
         with self._lock:
             for r in readings:
                 if not r.up:
-                    continue  # a lost GPU tells nothing; what it told before stays
+                    # A lost GPU tells nothing; what it told before stays.
+                    if r.index not in self._by_index:
+                        self._never_answered.add(r.index)
+                    continue
+                self._never_answered.discard(r.index)
                 known = self._by_index.get(r.index)
                 bus = r.pci_bus_id or (known.pci_bus_id if known and known.uuid == r.uuid else None)
                 self._by_index[r.index] = GpuIdentity(r.index, r.uuid, bus)
@@ -285,6 +290,12 @@ class GpuDirectory:
         """NVML's PCI bus id -> GPU index."""
         with self._lock:
             return {i.pci_bus_id: i.index for i in self._by_index.values() if i.pci_bus_id}
+
+    def never_answered(self) -> set[int]:
+        """The indices of GPUs NVML counts but that were down every time they were read: lost
+        before the agent started, so neither their UUID nor their bus id is known."""
+        with self._lock:
+            return set(self._never_answered)
 
 
 # What the collector hands its readers after each cycle: the whole state, or None and why not.

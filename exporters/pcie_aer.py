@@ -17,7 +17,6 @@ to three per function.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from clusterhealth.exporters.base import NoData
+from clusterhealth.exporters.pci import bound_functions
 
 SEVERITIES = (
     ("correctable", "aer_dev_correctable"),
@@ -73,16 +73,8 @@ def parse_aer_counts(text: str) -> AerCounts:
 def read_aer_functions(sysfs_root: Path, drivers: Sequence[str]) -> list[AerFunction]:
     """The PCI functions under `bus/pci/devices` bound to one of `drivers` (globs) that have AER
     statistics. FileNotFoundError when the PCI bus directory is absent."""
-    bus = os.path.join(os.fspath(sysfs_root), "bus", "pci", "devices")
     functions = []
-    for address in sorted(os.listdir(bus)):
-        directory = os.path.join(bus, address)
-        try:
-            driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
-        except OSError:
-            continue  # no driver bound: nothing of ours
-        if not any(fnmatch.fnmatchcase(driver, pattern) for pattern in drivers):
-            continue
+    for address, driver, directory in bound_functions(sysfs_root, drivers):
         counts = {}
         for severity, name in SEVERITIES:
             text = _read(os.path.join(directory, name))

@@ -14,6 +14,7 @@ import pytest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import scrape_once
+from clusterhealth.exporters.gpu import GpuDirectory, GpuReading
 from clusterhealth.exporters.sim import nvml as nvml_sim
 
 from .conftest import scenario, value
@@ -291,3 +292,16 @@ def test_a_library_level_error_on_one_gpu_call_fails_the_collector(
     assert "clusterhealth_gpu_up" not in text
     assert "clusterhealth_gpu_nvml_errors_total" not in text
     assert value(text, "clusterhealth_build_info") == 1
+
+
+def test_the_directory_tells_a_gpu_that_never_answered_from_one_that_fell_later() -> None:
+    directory = GpuDirectory()
+    directory.learn([GpuReading(0, "GPU-a", True, pci_bus_id="00000000:1B:00.0"), GpuReading(1, "", False)])
+    assert directory.never_answered() == {1}
+    assert directory.bus_ids() == {"00000000:1B:00.0": 0}
+    # GPU 0 falls off the bus later: it keeps what it told, and it did answer once.
+    directory.learn(
+        [GpuReading(0, "GPU-a", False), GpuReading(1, "GPU-b", True, pci_bus_id="00000000:43:00.0")]
+    )
+    assert directory.never_answered() == set()
+    assert directory.bus_ids() == {"00000000:1B:00.0": 0, "00000000:43:00.0": 1}

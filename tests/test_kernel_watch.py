@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
 from clusterhealth.exporters.xid import XidLedger
 
 from .conftest import FIXTURES, AgentProcess, run_cli, scenario, value
@@ -189,6 +190,47 @@ def test_a_lost_gpu_is_critical_in_check_whatever_the_kernel_log_holds(tmp_path:
     # The Xid 79 line after the absurd record is counted (under the bus id: a lost GPU tells NVML none).
     xids = [r for r in report["results"] if r["check"] == "gpu_xid" and r["status"] == "CRITICAL"]
     assert len(xids) == 1 and "Xid 79" in xids[0]["message"] and "1 Xid event" in xids[0]["message"]
+
+
+def lost_from_start(tmp_path: Path, lost: list[int]) -> tuple[Path, Path, Path]:
+    """An 8-GPU simulated node whose GPUs `lost` fell off the bus before the agent started (NVML
+    never answered for them), its sysfs with the GPUs' PCI functions (GPU 1 at 0000:43:00.0), and
+    a kernel log holding GPU 1's Xid 79."""
+    node = scenario(gpu_count=8, faults=[{"gpu": i, "lost": True} for i in lost])
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(node))
+    sysfs = tmp_path / "sys"
+    sim_sysfs.build(sysfs, faulty=False)
+    line = "NVRM: Xid (PCI:0000:43:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    kmsg = write_kmsg(tmp_path / "kmsg", [line], usec=int(time.monotonic() * 1e6))
+    return path, sysfs, kmsg
+
+
+def test_a_gpu_lost_before_it_ever_answered_is_named_by_elimination(tmp_path: Path) -> None:
+    # NVML knows GPU 1 only by its index; the kernel log knows it only by its bus id. Seven GPUs
+    # told their bus ids and sysfs lists eight nvidia GPU functions: the eighth is GPU 1.
+    path, sysfs, kmsg = lost_from_start(tmp_path, [1])
+    common = ("--simulate", str(path), "--sysfs-root", str(sysfs), "--kmsg-path", str(kmsg))
+    report = json.loads(run_cli("check", "--json", *common).stdout)
+    xids = {r["subject"]: r for r in report["results"] if r["check"] == "gpu_xid"}
+    assert xids["1"]["status"] == "CRITICAL"
+    assert xids["1"]["message"].startswith("GPU 1: Xid 79")
+    assert "0000:43:00.0" not in xids
+    exposition = run_cli("scrape", *common).stdout
+    assert value(exposition, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="79") == 1
+
+
+def test_two_gpus_lost_before_they_answered_stay_under_their_bus_ids(tmp_path: Path) -> None:
+    # Two silent GPUs and two unclaimed functions: which is which is not known, so nothing is made up.
+    path, sysfs, kmsg = lost_from_start(tmp_path, [1, 2])
+    common = ("--simulate", str(path), "--sysfs-root", str(sysfs), "--kmsg-path", str(kmsg))
+    report = json.loads(run_cli("check", "--json", *common).stdout)
+    xids = {r["subject"]: r for r in report["results"] if r["check"] == "gpu_xid"}
+    assert xids["0000:43:00.0"]["status"] == "CRITICAL"
+    assert xids["0000:43:00.0"]["message"].startswith("the GPU at 0000:43:00.0: Xid 79")
+    assert xids["1"]["status"] == "OK"
+    exposition = run_cli("scrape", *common).stdout
+    assert value(exposition, "clusterhealth_gpu_xid_errors_total", gpu="1", xid="79") is None
 
 
 def test_a_truncated_or_rotated_log_file_is_followed_counting_nothing_twice(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from clusterhealth.exporters.base import NoData
+from clusterhealth.exporters.pci import nvidia_gpu_functions
 from clusterhealth.exporters.pcie_aer import AerCounts, PcieAerCollector, parse_aer_counts, read_aer_functions
 
 from .conftest import samples
@@ -105,3 +106,15 @@ def test_a_function_without_a_driver_or_a_file_that_cannot_be_read(tree: Path) -
 def test_no_pci_bus_is_no_data_not_a_failure(tmp_path: Path) -> None:
     with pytest.raises(NoData):
         PcieAerCollector(tmp_path, ["nvidia"]).collect()
+
+
+def test_only_display_class_functions_of_the_nvidia_driver_are_gpus(tree: Path) -> None:
+    function = tree / "devices" / "pci0000:00" / ADDRESS
+    (tree / "bus" / "pci" / "drivers" / "nvidia").mkdir()
+    (function / "driver").unlink()
+    (function / "driver").symlink_to("../../../bus/pci/drivers/nvidia")
+    # The real function's class, 0x020000 (Ethernet), as an NVSwitch's 0x068000 would be: no GPU.
+    assert nvidia_gpu_functions(tree) == []
+    (function / "class").write_text("0x030200\n")  # a 3D controller, as the kernel prints it
+    assert nvidia_gpu_functions(tree) == [ADDRESS]
+    assert nvidia_gpu_functions(tree / "nowhere") == []
