@@ -94,6 +94,7 @@ class KernelLogCollector:
         # Bus id -> (printk seconds, True if a notice without a number was counted last).
         self._falls: dict[str, tuple[float, bool]] = {}
         self._cycle_mce = [0, 0]  # machine-check records, notices read this cycle
+        self._cycle_buses: dict[str, int] | None = None  # bus id -> GPU index, for this cycle
 
     def close(self) -> None:
         if self._reader is not None:
@@ -120,6 +121,7 @@ class KernelLogCollector:
         """Read up to max_records_per_cycle records; False once nothing more is waiting."""
         if self._reader is None:
             self._reader = KmsgReader(self.path, self.read_from)
+        self._cycle_buses = None
         budget = self.max_records_per_cycle
         try:
             while budget > 0:
@@ -190,13 +192,16 @@ class KernelLogCollector:
             bus = normalize_pci_bus_id(pci)
         except ValueError:
             return UNKNOWN_GPU
-        for nvml_bus, index in self._gpu_index_of_bus().items():
-            try:
-                if normalize_pci_bus_id(nvml_bus) == bus:
-                    return index
-            except ValueError:
-                continue
-        return UNKNOWN_GPU
+        if self._cycle_buses is None:
+            # Asked once per cycle, not per line: placing a GPU lost before it answered NVML walks
+            # the PCI bus in sysfs, and an Xid flood can bring thousands of lines a cycle.
+            self._cycle_buses = {}
+            for nvml_bus, index in self._gpu_index_of_bus().items():
+                try:
+                    self._cycle_buses[normalize_pci_bus_id(nvml_bus)] = index
+                except ValueError:
+                    continue
+        return self._cycle_buses.get(bus, UNKNOWN_GPU)
 
     def _families(self) -> list[Metric]:
         events = CounterMetricFamily(

@@ -354,3 +354,22 @@ def test_every_real_field_form_counts_as_its_kind(tmp_path: Path) -> None:
     assert value(text, "clusterhealth_kernel_events_total", event="mlx5_link_down") == 3
     assert value(text, "clusterhealth_kernel_events_total", event="mce") == len(records) == 6
     assert value(text, "clusterhealth_kernel_events_total", event="pcie_aer_corrected") == 1
+
+
+def test_the_gpu_bus_ids_are_asked_once_a_cycle_not_once_a_line(tmp_path: Path) -> None:
+    # Placing a lost GPU walks sysfs; an Xid flood must not walk it for every line.
+    asked = []
+
+    def bus_ids() -> dict[str, int]:
+        asked.append(1)
+        return {"00000000:91:00.0": 1}
+
+    kmsg = write_kmsg(tmp_path / "kmsg", [XID_79.replace(": 79,", f": {13 + n % 2},") for n in range(500)])
+    ledger = XidLedger()
+    collector = KernelLogCollector(str(kmsg), ledger, bus_ids)
+    collector.collect()
+    assert len(asked) == 1
+    assert sum(n for (gpu, _), n in ledger.counts().items() if gpu == 1) == 500
+    collector.collect()  # the next cycle reads no Xid line, so it has nothing to ask
+    assert len(asked) == 1
+    collector.close()
