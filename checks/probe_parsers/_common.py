@@ -85,6 +85,16 @@ def format_rate(bytes_per_second: float, unit: Literal["GB/s", "Gbit/s"]) -> str
     return f"{bytes_per_second / 1e9:.2f} GB/s"
 
 
+def undocumented_exit_code(code: int) -> str:
+    """What an exit code the tool does not document means: a signal (negative as Python reports
+    it, 128 + N as a shell does) or nothing known."""
+    if code < 0:
+        return f"killed by signal {-code}"
+    if code > 128:
+        return f"killed by signal {code - 128}"
+    return f"unknown exit code {code}"
+
+
 def finite_or_none(value: float | None) -> float | None:
     """NaN and infinities are not JSON and not measurements; the tools print them on 0/0."""
     if value is None or math.isnan(value) or math.isinf(value):

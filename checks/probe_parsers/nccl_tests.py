@@ -34,6 +34,7 @@ from clusterhealth.checks.probe_parsers._common import (
     finite_or_none,
     parse_float,
     parse_int,
+    undocumented_exit_code,
 )
 
 # nccl-tests computes bandwidth as bytes / 1.0E9 / seconds (src/all_reduce.cu, AllReduceGetBw).
@@ -102,11 +103,7 @@ def exit_code_meaning(code: int) -> str:
     """What an nccl-tests process exit code means (src/common.h testResult_t; 7 from run())."""
     if code in EXIT_CODE_MEANINGS:
         return EXIT_CODE_MEANINGS[code]
-    if code < 0:
-        return f"killed by signal {-code}"
-    if code > 128:
-        return f"killed by signal {code - 128}"
-    return f"unknown exit code {code}"
+    return undocumented_exit_code(code)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from clusterhealth.checks.probe_parsers._common import (
     finite_or_none,
     parse_float,
     parse_int,
+    undocumented_exit_code,
 )
 
 GIGABYTE = 1_000_000_000
@@ -306,11 +307,7 @@ def exit_code_meaning(code: int) -> str:
     """What nvbandwidth's exit code means (nvbandwidth.cpp main, error_handling.h)."""
     if code == 1:
         return "a CUDA or NVML call or one of its checks failed, or the arguments were bad"
-    if code < 0:
-        return f"killed by signal {-code}"
-    if code > 128:
-        return f"killed by signal {code - 128}"
-    return f"unknown exit code {code}"
+    return undocumented_exit_code(code)
 
 
 KIND = ProbeKind(
