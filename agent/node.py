@@ -74,8 +74,10 @@ class Node:
         NVML told the bus ids of the GPUs that ever answered. A GPU lost before the agent started
         never told its own; when exactly one GPU never answered and exactly one GPU function of the
         nvidia driver in sysfs is no answering GPU's, that function is the lost GPU (NVML's order
-        is no guide: its documentation promises none). With two or more such GPUs the kernel log's
-        lines about them stay under their bus ids.
+        is no guide: its documentation promises none). Two such GPUs, or a GPU NVML does not see
+        (excluded from the driver, hidden from a container) beside a lost one, leave more than one
+        function unclaimed, and the kernel log's lines stay under their bus ids. Only a GPU NVML
+        does not see together with a lost GPU gone from the bus as well would be mistaken.
         """
         known = self.directory.bus_ids()
         silent = self.directory.never_answered()
