@@ -132,8 +132,19 @@ def test_a_latency_matrix_is_no_bandwidth() -> None:
 
     (matrix,) = result.matrices
     assert matrix.unit == "ns" and not matrix.is_bandwidth
+    assert result.verdict == "ok"
     assert result.bandwidth_bytes_per_second is None
+
+
+def test_a_testcase_cut_off_after_another_finished_is_incomplete() -> None:
+    # The v0.8 run up to its closing NOTE, then a next testcase announced (nvbandwidth.cpp prints
+    # `Running <name>.`) and cut off before its matrix.
+    text = capture("01_h2d_sm_1x_a100_v0.8.txt")
+    result = parse_nvbandwidth(text[: text.index("NOTE:")] + "Running device_to_host_memcpy_sm.\n")
+
+    assert len(result.matrices) == 1
     assert result.verdict == "incomplete"
+    assert result.problem is not None and result.problem.startswith("device_to_host_memcpy_sm: output ends")
 
 
 def test_json_output_is_named_as_unread() -> None:
