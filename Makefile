@@ -37,9 +37,10 @@ typecheck: venv
 
 # Rules, dashboards and the chart's copies are generated from code and committed; the tests
 # regenerate them and fail on any difference.
-generate: venv
+generate: venv k8s-tools
 	$(BIN)/python deploy/prometheus/mixin.py
 	$(BIN)/python -m clusterhealth.dashboards.build
+	$(BIN)/python deploy/kubernetes/manifests.py
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py

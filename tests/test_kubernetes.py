@@ -1,7 +1,7 @@
 """The Helm chart: `helm lint` is clean, `helm template` renders it, every object validates against
 Kubernetes' own schemas (kubernetes-validate, offline) or the Prometheus Operator's CRD schemas
 (@kubernetes-models/prometheus-operator, under node), and the rendered objects hold what a GPU node
-needs."""
+needs. The kustomize bases are the chart's rendering, as `kubectl kustomize` builds them."""
 
 from __future__ import annotations
 
@@ -33,8 +33,12 @@ def helm() -> str:
 
 
 def render(*args: str) -> list[dict[str, Any]]:
+    return render_release("gpu-health", *args)
+
+
+def render_release(release: str, *args: str) -> list[dict[str, Any]]:
     result = subprocess.run(
-        [helm(), "template", "gpu-health", str(CHART), "--namespace", "monitoring", *args],
+        [helm(), "template", release, str(CHART), "--namespace", "monitoring", *args],
         capture_output=True,
         text=True,
     )
@@ -268,3 +272,84 @@ def test_a_web_config_secret_secures_the_endpoint_and_its_probes() -> None:
     default = next(o for o in render() if o["kind"] == "DaemonSet")
     plain = default["spec"]["template"]["spec"]["containers"][0]
     assert not any(a.startswith("--web-config-file") for a in plain["args"])
+
+
+def kubectl() -> str:
+    path = Path(sys.executable).parent / "kubectl"
+    if not path.exists():
+        pytest.fail("kubectl is missing: `make test` installs it (make k8s-tools)")
+    return str(path)
+
+
+def kustomize(folder: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(ROOT / "deploy" / "kubernetes" / "kustomize" / folder)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def without_helm(obj: dict[str, Any]) -> dict[str, Any]:
+    """A chart object as the kustomize bases hold it: without Helm's labels and config checksum."""
+    obj = json.loads(json.dumps(obj))
+    metadatas = [obj["metadata"]]
+    if obj["kind"] == "DaemonSet":
+        metadatas.append(obj["spec"]["template"]["metadata"])
+        del obj["spec"]["template"]["metadata"]["annotations"]
+    for metadata in metadatas:
+        metadata["labels"].pop("app.kubernetes.io/managed-by", None)
+        metadata["labels"].pop("helm.sh/chart", None)
+    return obj
+
+
+def test_the_kustomize_bases_are_the_charts_current_rendering() -> None:
+    generator = ROOT / "deploy" / "kubernetes" / "manifests.py"
+    result = subprocess.run(
+        [sys.executable, str(generator), "--helm", helm(), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr + "run `make generate`"
+
+
+def test_the_kustomize_base_holds_the_charts_objects_and_validates() -> None:
+    base = kustomize("base")
+    chart = [o for o in render_release("clusterhealth") if not o["apiVersion"].startswith("monitoring.")]
+    assert sorted(o["kind"] for o in base) == sorted(o["kind"] for o in chart)
+    by_kind = {o["kind"]: o for o in base}
+    for obj in chart:
+        assert by_kind[obj["kind"]] == without_helm(obj), obj["kind"]
+    for obj in base:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        assert obj["metadata"]["namespace"] == "monitoring"
+        assert "app.kubernetes.io/managed-by" not in obj["metadata"]["labels"]
+
+
+def test_the_prometheus_operator_overlay_adds_the_monitor_and_the_rules() -> None:
+    objects = {o["kind"]: o for o in kustomize("prometheus-operator")}
+    assert set(objects) == {o["kind"] for o in render()}
+    assert objects["PrometheusRule"]["spec"] == yaml.safe_load(mixin.RULES_FILE.read_text())
+    result = validate_crds([objects["ServiceMonitor"], objects["PrometheusRule"]])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readmes_overlay_sets_the_image_and_the_config(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("# kustomization.yaml of your overlay")
+    overlay = readme[start : readme.index("```", start)]
+    checkout = tmp_path / "clusterhealth"
+    checkout.symlink_to(ROOT)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "kustomization.yaml").write_text(overlay)
+    result = subprocess.run([kubectl(), "kustomize", str(tmp_path / "mine")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    objects = {o["kind"]: o for o in yaml.safe_load_all(result.stdout) if o}
+    (container,) = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/clusterhealth:0.2.0"
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(objects["ConfigMap"]["data"]["clusterhealth.yaml"])
+    accepted = subprocess.run(
+        [CLUSTERHEALTH, "agent", "--config", str(config), "--print-config"], capture_output=True, text=True
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    kubernetes_validate.validate(objects["DaemonSet"], KUBERNETES_VERSION, strict=True)
