@@ -204,6 +204,16 @@ CASES = [
         [("5m", []), ("15m", [F(gpu("0"), "warning", 8), F(gpu("2"), "warning", 4)])],
     ),
     Case(
+        "GPUPCIeReplays",
+        "more than 8 replays a minute for 10 minutes fires; 8 a minute and a short burst do not",
+        {
+            S("clusterhealth_gpu_pcie_replay_errors_total", gpu("0")): "0+10x30",
+            S("clusterhealth_gpu_pcie_replay_errors_total", gpu("1")): "0+8x30",
+            S("clusterhealth_gpu_pcie_replay_errors_total", gpu("2")): "0x10 500x20",
+        },
+        [("5m", []), ("20m", [F(gpu("0"), "warning", 10)])],
+    ),
+    Case(
         "NVLinkDown",
         "link 5 of GPU 2 goes down at 6m; link 4 stays up",
         {

@@ -85,6 +85,9 @@ class Config:
     symbol_errors_per_hour_warning: float = field(
         default=120, metadata={"doc": "symbol_error increase per error_window that opens a ticket"}
     )
+    pcie_replays_per_minute: float = field(
+        default=8, metadata={"doc": "GPU PCIe replays a minute that open a ticket (DCGM's limit)"}
+    )
     pcie_correctable_errors_per_minute: float = field(
         default=8,
         metadata={"doc": "correctable AER errors a minute that open a ticket (DCGM's PCIe replay limit)"},
@@ -410,6 +413,18 @@ or
                 "The link trained narrower than the slot, or runs a lower generation under load: "
                 "host-device copies run at a fraction of their speed. Usually a badly seated "
                 "GPU or riser; reseat it at the next maintenance.",
+                c.for_sustained,
+            ),
+            Alert(
+                "GPUPCIeReplays",
+                "warning",
+                f"""rate(clusterhealth_gpu_pcie_replay_errors_total{m()}[{c.rate_window}]) * 60
+  > {c.pcie_replays_per_minute:g}""",
+                f"{GPU} retransmits on its PCIe link more than {c.pcie_replays_per_minute:g} times a minute.",
+                "{{ $value | humanize }} PCIe replays a minute: the link layer resends packets the "
+                "other end received damaged, a marginal riser, slot or cable. Host-device copies slow "
+                "down, and the link may train down or fail next. Reseat the GPU at the next "
+                "maintenance.",
                 c.for_sustained,
             ),
             Alert(
