@@ -2,7 +2,8 @@
 
 One event loop on one thread serves every connection (h11 parses HTTP/1.1), so idle or slow
 clients cost a file descriptor and a few kilobytes each, never a thread, and are bounded:
-- at most `max_connections` at once (256, less under a low file-descriptor limit); a new
+- at most `max_connections` at once (256, less under a low file-descriptor limit, and accepted
+  at most 100 at a time, fewer under such a limit, so that a burst fits too); a new
   connection over the cap closes the connection that has been idle longest (keep-alive between
   requests, or connected and silent), else the one that has been sending its request head
   longest; when every connection is busy answering, the new one is closed at once;
@@ -50,6 +51,8 @@ LANDING = b"""<html><head><title>clusterhealth</title></head><body>
 """
 
 DEFAULT_MAX_CONNECTIONS = 256
+LISTEN_BACKLOG = 128  # the kernel's queue of connections not accepted yet
+ASYNCIO_ACCEPT_BATCH = 100  # what asyncio accepts in one go by default
 DEFAULT_REQUEST_TIMEOUT = 10.0
 # Longer than Prometheus's default 1 m scrape interval, so its keep-alive connection is reused.
 DEFAULT_IDLE_TIMEOUT = 90.0
@@ -141,7 +144,7 @@ class Server:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.create_server((host, int(port)), family=family, backlog=128)
+        self._socket = socket.create_server((host, int(port)), family=family, backlog=LISTEN_BACKLOG)
         self._socket.setblocking(False)
         self.address = self._socket.getsockname()
         self.exposition = exposition
@@ -220,7 +223,14 @@ class Server:
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
-        server = await self.loop.create_server(lambda: _Connection(self), sock=self._socket)
+        # asyncio accepts up to `backlog` connections in one go, before any of them is admitted,
+        # and the connections the cap closes for them release their descriptors a turn later: a
+        # small batch keeps a burst within the HTTP quarter of a low descriptor limit. create_server
+        # passes the same number to listen(); the kernel's queue is set back to its own size.
+        server = await self.loop.create_server(
+            lambda: _Connection(self), sock=self._socket, backlog=accept_batch()
+        )
+        self._socket.listen(LISTEN_BACKLOG)
         sweeper = self.loop.create_task(self._sweep())
         self._started.set()
         try:
@@ -354,6 +364,15 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY:
         return DEFAULT_MAX_CONNECTIONS
     return max(8, min(DEFAULT_MAX_CONNECTIONS, soft // 4))
+
+
+def accept_batch() -> int:
+    """How many connections the loop accepts in one go: asyncio's 100, or a sixteenth of the file
+    descriptors this process may open when that is less."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return ASYNCIO_ACCEPT_BATCH
+    return max(8, min(ASYNCIO_ACCEPT_BATCH, soft // 16))
 
 
 def _header(request: h11.Request, name: bytes) -> bytes | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -312,11 +313,53 @@ def test_hundreds_of_idle_and_half_open_connections_leave_scrapes_and_rdma_worki
         # No thread per connection, and file descriptors bounded by the cap.
         assert threads_during <= threads_before + 1
         assert fds_during <= fds_before + health["http"]["max_connections"] + 2
-        assert not any("Too many open files" in line for line in agent.lines)
+        emfile = [line for line in agent.lines if "Too many open files" in line]
+        assert not emfile, emfile[:3]
         # Once they are gone, nothing is left behind.
         assert wait_until(lambda: census(agent.proc.pid)[1] <= fds_before + 1)
         assert census(agent.proc.pid)[0] == threads_before
     finally:
+        agent.stop()
+
+
+def test_a_starved_agent_accepts_a_flood_within_its_descriptor_limit(tmp_path: Path) -> None:
+    """Before: asyncio accepted 100 connections a loop turn, and the connections the cap closed for
+    them released their descriptors turns later, so an agent short of CPU while connections poured
+    in (CI, a loaded node) went past a 512-descriptor limit: accept() and the collectors got EMFILE.
+
+    The agent is stopped while 110 connections queue, then let run for 2 ms, twelve times over.
+    """
+    limit = 512
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2048:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (2048 if hard == resource.RLIM_INFINITY else min(2048, hard), hard)
+        )
+    agent = AgentProcess(
+        ["--config", str(rdma_only(tmp_path)), "--sysfs-root", str(CLUSTER)],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+    )
+    held: list[socket.socket] = []
+    try:
+        port = int(agent.url.rsplit(":", 1)[1])
+        agent.wait_for(lambda: "clusterhealth_rdma_port_state_id" in agent.metrics(), what="RDMA series")
+        for _ in range(12):
+            agent.proc.send_signal(signal.SIGSTOP)
+            for _ in range(110):
+                sock = socket.socket()
+                sock.setblocking(False)
+                sock.connect_ex(("127.0.0.1", port))
+                held.append(sock)
+            time.sleep(0.05)  # the handshakes complete into the stopped agent's listen queue
+            agent.proc.send_signal(signal.SIGCONT)
+            time.sleep(0.002)
+        emfile = [line for line in agent.lines if "Too many open files" in line]
+        assert not emfile, emfile[:3]
+        assert value(agent.metrics(), "clusterhealth_scrape_collector_success", collector="rdma") == 1
+    finally:
+        agent.proc.send_signal(signal.SIGCONT)
+        for sock in held:
+            sock.close()
         agent.stop()
 
 
