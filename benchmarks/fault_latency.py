@@ -33,9 +33,9 @@ from pathlib import Path
 
 import psutil
 import yaml
+from agentproc import start_agent
 
 ROOT = Path(__file__).resolve().parent.parent
-CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 KMSG = ROOT / "tests" / "fixtures" / "kmsg"
 FLOOD_RECORDS = 100_000
 
@@ -56,7 +56,7 @@ def kmsg_flood(path: Path) -> None:
             out.write(b"6,%d,%d,-;%s\n" % (seq, 5_000_000 + seq, records[seq % len(records)]))
 
 
-def start_agent(
+def start_fault_agent(
     workdir: Path, name: str, scenario: dict[str, object], kmsg: Path
 ) -> tuple[subprocess.Popen[str], int]:
     config = workdir / f"{name}.yaml"
@@ -72,19 +72,12 @@ def start_agent(
     )
     scenario_path = workdir / f"{name}-scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(scenario))
-    proc = subprocess.Popen(
-        [
-            *(CLUSTERHEALTH, "agent", "--listen", "127.0.0.1:0", "--config", str(config)),
-            *("--simulate", str(scenario_path), "--kmsg-path", str(kmsg), "--sysfs-root", str(workdir)),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, port, _ = start_agent(
+        *("--config", str(config), "--simulate", str(scenario_path)),
+        *("--kmsg-path", str(kmsg), "--sysfs-root", str(workdir)),
+        name=f"{name}: agent",
     )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if m := re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line):
-            return proc, int(m.group(1))
-    raise SystemExit(f"{name}: agent did not start")
+    return proc, port
 
 
 def scrape_for(port: int, seconds: float) -> tuple[list[float], bytes]:
@@ -126,7 +119,7 @@ def main() -> int:
             f"kernel-log flood ({FLOOD_RECORDS:,} records)": ({"gpu_count": 2}, flood),
         }
         for name, (scenario, kmsg) in cases.items():
-            proc, port = start_agent(workdir, re.sub(r"\W+", "-", name), scenario, kmsg)
+            proc, port = start_fault_agent(workdir, re.sub(r"\W+", "-", name), scenario, kmsg)
             try:
                 time.sleep(2)  # past the first collection, and past the start of the hang
                 latencies, body = scrape_for(port, args.seconds)

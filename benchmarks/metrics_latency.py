@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -26,37 +25,21 @@ import time
 from pathlib import Path
 
 import psutil
+from agentproc import start_agent
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = {"staggered": "1/s each, spread", "burst": "1/s each, all at once", "saturate": "back to back"}
-CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 SCENARIO = ROOT / "exporters" / "sim" / "scenarios" / "h100-faulty.yaml"
 
 
-def start_agent(interval: float) -> tuple[subprocess.Popen[str], int]:
+def start_gpu_agent(interval: float) -> tuple[subprocess.Popen[str], int]:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
         config.write(f"collectors:\n  gpu:\n    interval_seconds: {interval}\n")
-    proc = subprocess.Popen(
-        [
-            CLUSTERHEALTH,
-            "agent",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config.name,
-            "--simulate",
-            str(SCENARIO),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        m = re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line)
-        if m:
-            os.unlink(config.name)
-            return proc, int(m.group(1))
-    raise SystemExit("agent did not start")
+    try:
+        proc, port, _ = start_agent("--config", config.name, "--simulate", str(SCENARIO))
+    finally:
+        os.unlink(config.name)
+    return proc, port
 
 
 async def _client(
@@ -121,7 +104,7 @@ def main() -> int:
     ap.add_argument("--cpu-seconds", type=float, default=60)
     args = ap.parse_args()
 
-    proc, port = start_agent(interval=10)
+    proc, port = start_gpu_agent(interval=10)
     try:
         wait_for_first_collection(port)
         agent = psutil.Process(proc.pid)

@@ -37,20 +37,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from agentproc import start_agent
 from prometheus_client import generate_latest
 
 from clusterhealth.agent import __version__
 from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
-CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 AGENT_CONFIG = """\
 collectors:
@@ -138,33 +137,6 @@ def start_node_exporter(binary: str, tree: Path) -> tuple[subprocess.Popen[bytes
     )
     wait_listening(port, proc, "node_exporter")
     return proc, port
-
-
-def start_agent(tree: Path, config: Path) -> tuple[subprocess.Popen[str], int, list[str]]:
-    proc = subprocess.Popen(
-        [
-            CLUSTERHEALTH,
-            "agent",
-            "--listen",
-            "127.0.0.1:0",
-            "--sysfs-root",
-            str(tree),
-            "--config",
-            str(config),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    log: list[str] = []
-    for line in proc.stderr:
-        log.append(line)
-        m = re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line)
-        if m:
-            # Keep draining stderr so the agent never blocks on a full pipe.
-            threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True).start()
-            return proc, int(m.group(1)), log
-    raise SystemExit("agent did not start:\n" + "".join(log))
 
 
 def get(port: int, gzipped: bool = False) -> bytes:
@@ -485,7 +457,7 @@ def main() -> int:
         config = Path(tmp) / "agent.yaml"
         config.write_text(AGENT_CONFIG)
 
-        agent, agent_port, agent_log = start_agent(tree, config)
+        agent, agent_port, agent_log = start_agent("--sysfs-root", str(tree), "--config", str(config))
         exporter, exporter_port = start_node_exporter(binary, tree)
         servers = {OURS: (agent_port, agent.pid), THEIRS: (exporter_port, exporter.pid)}
         try:

@@ -21,50 +21,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from agentproc import start_agent
 
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 from clusterhealth.exporters.sim.nvml import SCENARIO_DIR
 
-CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: soak\r\nAccept-Encoding: gzip\r\n\r\n"
 WARMUP = 5_000
-
-
-def start_agent(tree: Path) -> tuple[subprocess.Popen[str], int, list[str]]:
-    proc = subprocess.Popen(
-        [
-            CLUSTERHEALTH,
-            "agent",
-            "--listen",
-            "127.0.0.1:0",
-            "--simulate",
-            str(SCENARIO_DIR / "h100-faulty.yaml"),
-            "--sysfs-root",
-            str(tree),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    log: list[str] = []
-    for line in proc.stderr:
-        log.append(line)
-        m = re.search(r"serving /metrics and /healthz on [^ ]+:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True).start()
-            return proc, int(m.group(1)), log
-    raise SystemExit("agent did not start:\n" + "".join(log))
 
 
 @dataclass
@@ -169,7 +140,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         tree = Path(tmp) / "sys"
         sim_sysfs.build(tree)
-        proc, port, log = start_agent(tree)
+        proc, port, log = start_agent(
+            "--simulate", str(SCENARIO_DIR / "h100-faulty.yaml"), "--sysfs-root", str(tree)
+        )
         agent = psutil.Process(proc.pid)
         try:
             time.sleep(2)  # first collections
