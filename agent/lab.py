@@ -306,38 +306,13 @@ class Lab:
         rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
         for here, there in ((a, b), (b, a)):
             ns, peer = self.host_ns(int(here[1:])), self.address(int(there[1:]))
-            quantum = ["quantum", "60000"]
             self._tc(ns, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10")
-            self._tc(
-                ns,
-                "class",
-                "add",
-                "dev",
-                "eth0",
-                "parent",
-                "1:",
-                "classid",
-                "1:10",
-                "htb",
-                "rate",
-                f"{rate:g}mbit",
-                *quantum,
-            )
-            self._tc(
-                ns,
-                "class",
-                "add",
-                "dev",
-                "eth0",
-                "parent",
-                "1:",
-                "classid",
-                "1:20",
-                "htb",
-                "rate",
-                f"{slow:g}mbit",
-                *quantum,
-            )
+            # 1:10 every other destination at the common rate, 1:20 the partner's at the slow one.
+            for classid, mbit in (("1:10", rate), ("1:20", slow)):
+                self._tc(
+                    ns, "class", "add", "dev", "eth0", "parent", "1:", "classid", classid,
+                    "htb", "rate", f"{mbit:g}mbit", "quantum", "60000",
+                )  # fmt: skip
             self._tc(
                 ns, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
                 "u32", "match", "ip", "dst", f"{peer}/32", "flowid", "1:20",
