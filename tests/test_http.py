@@ -268,6 +268,20 @@ def rdma_only(tmp_path: Path) -> Path:
     return config
 
 
+def fd_limited_agent(tmp_path: Path, limit: int) -> AgentProcess:
+    """An rdma-only agent that may open `limit` file descriptors. This process holds the client
+    ends of the connections a test opens: its own limit is raised to allow them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2048:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (2048 if hard == resource.RLIM_INFINITY else min(2048, hard), hard)
+        )
+    return AgentProcess(
+        ["--config", str(rdma_only(tmp_path)), "--sysfs-root", str(CLUSTER)],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+    )
+
+
 def census(pid: int) -> tuple[int, int]:
     process = psutil.Process(pid)
     return process.num_threads(), process.num_fds()
@@ -278,16 +292,7 @@ def test_hundreds_of_idle_and_half_open_connections_leave_scrapes_and_rdma_worki
     agent out of file descriptors, scrapes got no answer, and rdma failed with EMFILE."""
     # A low file-descriptor limit, so that without a cap the connections below would exhaust it.
     limit = 512
-    # This process holds the 700 client ends: make sure its own limit allows them.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < 2048:
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (2048 if hard == resource.RLIM_INFINITY else min(2048, hard), hard)
-        )
-    agent = AgentProcess(
-        ["--config", str(rdma_only(tmp_path)), "--sysfs-root", str(CLUSTER)],
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-    )
+    agent = fd_limited_agent(tmp_path, limit)
     try:
         port = int(agent.url.rsplit(":", 1)[1])
         agent.wait_for(lambda: "clusterhealth_rdma_port_state_id" in agent.metrics(), what="RDMA series")
@@ -330,15 +335,7 @@ def test_a_starved_agent_accepts_a_flood_within_its_descriptor_limit(tmp_path: P
     The agent is stopped while 110 connections queue, then let run for 2 ms, twelve times over.
     """
     limit = 512
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < 2048:
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (2048 if hard == resource.RLIM_INFINITY else min(2048, hard), hard)
-        )
-    agent = AgentProcess(
-        ["--config", str(rdma_only(tmp_path)), "--sysfs-root", str(CLUSTER)],
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-    )
+    agent = fd_limited_agent(tmp_path, limit)
     held: list[socket.socket] = []
     try:
         port = int(agent.url.rsplit(":", 1)[1])
