@@ -21,16 +21,15 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .conftest import ROOT, require_tool, samples
+from .dist import VERSION, make
 from .test_golden import GOLDEN_FILE, SPEC_GPU, comparable, golden_node
 
-VERSION = (ROOT / "pyproject.toml").read_text().split('\nversion = "', 1)[1].split('"', 1)[0]
 CACHE = Path(os.environ.get("CLUSTERHEALTH_TEST_CACHE", Path.home() / ".cache" / "clusterhealth-tests"))
 MIRROR = os.environ.get("CLUSTERHEALTH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What debian:bookworm-slim leaves out, so that the base is about its size.
@@ -94,20 +93,7 @@ def _base_image() -> str:
 def image() -> str:
     base = _base_image()
     buildah = " ".join(_buildah())
-    _run(
-        [
-            "make",
-            "-C",
-            str(ROOT),
-            "image",
-            f"VENV={Path(sys.executable).parent.parent}",
-            f"IMAGE={IMAGE}",
-            f"BASE={base}",
-            f"BUILDAH={buildah}",
-            "BUILD_FLAGS=--isolation chroot",
-        ],
-        timeout=1200,
-    )
+    make("image", f"IMAGE={IMAGE}", f"BASE={base}", f"BUILDAH={buildah}", "BUILD_FLAGS=--isolation chroot")
     return IMAGE
 
 
