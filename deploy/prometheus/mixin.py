@@ -554,8 +554,7 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 f"""label_replace(
   clusterhealth_check_status{m('check="mtu"')}, "interface", "$1", "subject", "(.*)"
 ) == 2""",
-                "Interface {{ $labels.interface }} on {{ $labels.instance }} has an MTU unlike its "
-                "policy.",
+                "Interface {{ $labels.interface }} on {{ $labels.instance }} has an MTU unlike its policy.",
                 "The MTU differs from the node's policy, whose rule makes this CRITICAL (check mtu): "
                 "jumbo frames are dropped or fragmented and RoCE or IPoIB throughput falls. Fix the "
                 "interface's network configuration.",
