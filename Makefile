@@ -5,19 +5,122 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The version lives in pyproject.toml alone; the image tag, the chart's appVersion and the
+# CHANGELOG follow it (tests/test_packaging.py checks them).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+LISTEN ?= 127.0.0.1:9845
+
+# `make image`: the container image (Containerfile), built with buildah from wheels made here.
+# IMAGE names it (put your registry in front); BASE is a Debian bookworm userland. BUILDAH and
+# BUILD_FLAGS pass options where the defaults do not fit, e.g. on a machine whose runtime cannot
+# run containers: BUILDAH="buildah --storage-driver vfs" BUILD_FLAGS="--isolation chroot".
+IMAGE       ?= clusterhealth:$(VERSION)
+BASE        ?= docker.io/library/debian:bookworm-slim
+BUILDAH     ?= buildah
+BUILD_FLAGS ?=
+WHEELS      := build/image/wheels
+# The image's Python and platform (Debian bookworm: CPython 3.11, glibc 2.36, x86_64).
+WHEEL_TARGET := --only-binary=:all: --python-version 3.11 --implementation cp \
+                --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+                --platform manylinux_2_12_x86_64
+# Wheel timestamps from the last commit, so the same source makes the same wheel (and the image
+# build reuses its cached layers).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 315532800)
+export SOURCE_DATE_EPOCH
+
+# `make install`: the package in its own virtualenv under /opt, the command in $(PREFIX)/bin
+# where the unit's ExecStart= looks, the unit, the environment file, the default config, the
+# Slurm health check and the node-problem-detector plugin; DESTDIR stages it for a package.
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+VENVDIR    ?= /opt/clusterhealth
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DATADIR    ?= $(PREFIX)/share/clusterhealth
+DOCDIR     ?= $(PREFIX)/share/doc/clusterhealth
+# A wheel to install instead of this clone (`make install WHEEL=dist/clusterhealth-...whl`).
+WHEEL      ?=
+CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # Debian packages the test suite runs for real: promtool (prometheus), node_exporter for the
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
 # example and the end-to-end test, systemd-analyze for the unit, curl as a TLS client of the
 # endpoint (prometheus also scrapes it over TLS), ip and tc (iproute2) for the pairwise lab's
 # network namespaces.
+# network namespaces, buildah and mmdebstrap for the container image test (which bootstraps its
+# own Debian base), unshare (util-linux) for the install test's private mounts.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
-             node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2
+             node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
+             buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools \
+        dist wheels image install uninstall
 
 demo: venv
-	$(BIN)/clusterhealth demo
+	$(BIN)/clusterhealth demo --listen $(LISTEN)
+
+# The sdist and the wheel, in dist/.
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# The image's wheels: its dependencies at the pinned versions and hashes, and the project's.
+wheels: venv
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	$(BIN)/python -m pip download -q --no-deps --require-hashes $(WHEEL_TARGET) \
+		-r deploy/container/constraints.txt -d $(WHEELS)
+	$(BIN)/python -m build -q --wheel --outdir $(WHEELS) .
+
+image: wheels
+	$(BUILDAH) bud $(BUILD_FLAGS) --layers -f Containerfile -t $(IMAGE) \
+		--build-arg BASE=$(BASE) --build-arg VERSION=$(VERSION) \
+		--build-arg WHEELS_DIGEST=$$(cat $(WHEELS)/*.whl | sha256sum | cut -c1-64) .
+
+# Paths in the installed files follow PREFIX and SYSCONFDIR. A config file already in place is
+# kept (the new default goes beside it as .dist). The virtualenv is made at its final path under
+# DESTDIR, so its scripts' first lines are rewritten to drop DESTDIR.
+install:
+	$(PYTHON) -m venv --clear $(DESTDIR)$(VENVDIR)
+	$(DESTDIR)$(VENVDIR)/bin/python -m pip install -q --disable-pip-version-check $(or $(WHEEL),.)
+	@if [ -n "$(DESTDIR)" ]; then \
+		grep -lIr -- "$(DESTDIR)$(VENVDIR)" $(DESTDIR)$(VENVDIR)/bin $(DESTDIR)$(VENVDIR)/pyvenv.cfg \
+			| xargs -r sed -i "s|$(DESTDIR)$(VENVDIR)|$(VENVDIR)|g"; \
+	fi
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(SYSCONFDIR)/clusterhealth \
+		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
+	ln -sfn $(VENVDIR)/bin/clusterhealth $(DESTDIR)$(PREFIX)/bin/clusterhealth
+	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
+		-e 's|/etc/default/clusterhealth|$(SYSCONFDIR)/default/clusterhealth|' \
+		deploy/systemd/clusterhealth.service > $(DESTDIR)$(UNITDIR)/clusterhealth.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/clusterhealth.service
+	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
+		-e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' \
+		deploy/slurm/clusterhealth-healthcheck > $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
+	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
+	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
+		-e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' \
+		deploy/kubernetes/node-problem-detector-clusterhealth.json \
+		> $(DESTDIR)$(DATADIR)/node-problem-detector-clusterhealth.json
+	sed -e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' deploy/systemd/clusterhealth.default \
+		> $(DESTDIR)$(DATADIR)/clusterhealth.default
+	install -m 0644 deploy/clusterhealth.yaml $(DESTDIR)$(DATADIR)/clusterhealth.yaml
+	install -m 0644 deploy/slurm/slurm.conf.example deploy/prometheus/clusterhealth-rules.yaml \
+		deploy/alertmanager/alertmanager.yml $(DESTDIR)$(DATADIR)/
+	install -m 0644 README.md CHANGELOG.md LICENSE $(DESTDIR)$(DOCDIR)/
+	cp -R docs/. $(DESTDIR)$(DOCDIR)/
+	@for pair in $(DATADIR)/clusterhealth.default:$(SYSCONFDIR)/default/clusterhealth \
+	             $(DATADIR)/clusterhealth.yaml:$(CONFIG); do \
+		src=$(DESTDIR)$${pair%%:*}; dst=$(DESTDIR)$${pair##*:}; \
+		if [ -e "$$dst" ] && ! cmp -s "$$src" "$$dst"; then \
+			install -m 0644 "$$src" "$$dst.dist"; echo "kept $$dst (the new default is $$dst.dist)"; \
+		else install -m 0644 "$$src" "$$dst"; fi; \
+	done
+
+# Removes what `make install` put in place except the config files and the state directory.
+uninstall:
+	rm -rf $(DESTDIR)$(VENVDIR) $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(PREFIX)/bin/clusterhealth $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck \
+		$(DESTDIR)$(UNITDIR)/clusterhealth.service
 
 test: venv sysdeps lint unit
 
@@ -84,4 +187,4 @@ sysdeps:
 	fi
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules

@@ -92,9 +92,29 @@ def build_parser() -> argparse.ArgumentParser:
     _common(probe_run)
     probe_run.add_argument("name", metavar="NAME", help="the probe's name in the config file")
     probe_run.add_argument("--json", action="store_true", help="print JSON")
-    parse = probe_sub.add_parser("parse", help="parse a saved probe output and print it as JSON")
+    parse = probe_sub.add_parser(
+        "parse",
+        help="parse a saved probe output and print it as JSON",
+        description="Prints the parsed output as JSON on stdout and a one-line verdict on stderr. "
+        "Rates in the JSON are in base units where the key says so (*_bytes_per_second) and in GB/s "
+        "(10^9 bytes a second, as nccl-tests prints them) in the *_gbps fields. Exit codes, as "
+        "`probe run`: 0 ok, 1 degraded (below --degraded-fraction of --expect), 2 failed, incomplete "
+        "or wrong results.",
+    )
     parse.add_argument("--kind", required=True, choices=probe_parsers.KINDS)
     parse.add_argument("file", metavar="FILE", help="the saved output ('-' for standard input)")
+    parse.add_argument(
+        "--expect",
+        metavar="RATE",
+        help="the bandwidth the run should reach, as in a probe's `expect` (e.g. '400 Gb/s', '480 GB/s')",
+    )
+    parse.add_argument(
+        "--degraded-fraction",
+        type=float,
+        default=0.8,
+        metavar="F",
+        help="below this fraction of --expect the run is degraded (default 0.8, as probing's)",
+    )
 
     analyze = sub.add_parser(
         "analyze",
@@ -300,10 +320,27 @@ def _probe_parse(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
     except OSError as err:
         print(f"clusterhealth: cannot read {args.file}: {err.strerror}", file=sys.stderr)
-        return 1
+        return EXIT_CONFIG  # never 1, which says "degraded"
+    from clusterhealth.checks.probes.evaluate import evaluate
+    from clusterhealth.checks.probes.runner import RunResult
+
+    expected = None
+    if args.expect is not None:
+        expected = configuration.parse_bandwidth(args.expect)
+        if expected is None or expected <= 0:
+            problem = f"expected a rate such as '400 Gb/s', got {args.expect!r}"
+            print(f"clusterhealth: --expect: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
+    if not 0 < args.degraded_fraction <= 1:
+        print("clusterhealth: --degraded-fraction: expected a number in (0, 1]", file=sys.stderr)
+        return EXIT_CONFIG
     result = probe_parsers.parse(args.kind, text)
     print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
-    return 0
+    # Judged as `probe run` judges a run that exited 0 with this output.
+    run = RunResult((args.kind,), 0, None, False, 0.0, text, "", False, None)
+    outcome = evaluate(args.kind, run, result, expected, args.degraded_fraction)
+    print(f"{outcome.result}: {outcome.reason}", file=sys.stderr)
+    return PROBE_EXIT[outcome.result]
 
 
 def _scrape(args: argparse.Namespace) -> int:

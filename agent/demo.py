@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Agent, default_scenario
@@ -44,6 +48,25 @@ def scenario_path(name: str) -> Path:
     return path if path.suffix in (".yaml", ".yml") or path.exists() else default_scenario(name)
 
 
+def sample_config() -> Path | None:
+    """deploy/clusterhealth.yaml: installed with the wheel under the environment's
+    share/clusterhealth/, or in the source tree beside the package's folders."""
+    for candidate in (
+        Path(sysconfig.get_path("data")) / "share" / "clusterhealth" / "clusterhealth.yaml",
+        Path(__file__).resolve().parent.parent / "deploy" / "clusterhealth.yaml",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def sample_policy(path: Path) -> dict[str, Any]:
+    """The sample config's policy: it describes the node the demo simulates (8 GPUs, 8 NDR HCAs,
+    RoCE at MTU 9000), so the demo's MTU fault reaches `check` and the MTUMismatch alert."""
+    policy = yaml.safe_load(path.read_text()).get("policy", {})
+    return policy if isinstance(policy, dict) else {}
+
+
 def kmsg_record(sequence: int, message: str) -> bytes:
     """A /dev/kmsg record as the kernel writes it (priority 4, microseconds on the monotonic clock)."""
     text = "".join(c if 0x20 <= ord(c) < 0x7F and c != "\\" else f"\\x{ord(c):02x}" for c in message)
@@ -67,7 +90,8 @@ def run_demo(scenario: str, listen: str, interval: float, duration: float | None
         sim_sysfs.build(sysfs)
         kmsg = Path(tmp) / "kmsg"
         kmsg.touch()
-        overrides = {
+        sample = sample_config()
+        overrides: dict[str, Any] = {
             "listen": listen,
             "simulate": str(path),
             "paths.sysfs": str(sysfs),
@@ -76,14 +100,21 @@ def run_demo(scenario: str, listen: str, interval: float, duration: float | None
             "collectors.rdma.interval_seconds": interval,
             "collectors.kernel_log.interval_seconds": 1.0,
         }
+        if sample is not None:
+            overrides["policy"] = sample_policy(sample)
         config = configuration.load(None, overrides)
-        agent = Agent(None, overrides, config)
+        try:
+            agent = Agent(None, overrides, config)
+        except OSError as err:
+            print(f"clusterhealth: cannot listen on {listen}: {err.strerror}", file=sys.stderr)
+            return 1
         host, port = agent.server.address[:2]
         host = host.decode() if isinstance(host, bytes) else host
         base = f"http://{'localhost' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
         print(f"clusterhealth demo: {parsed.description}", flush=True)
         print(f"  scenario  {path}")
         print(f"  sysfs     {sysfs} (simulated HCAs)")
+        print(f"  policy    {sample or 'none (the sample config was not found)'}")
         print(f"  metrics   {base}/metrics")
         print(f"  health    {base}/healthz")
         print("  stop      Ctrl-C\n", flush=True)

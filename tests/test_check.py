@@ -275,14 +275,15 @@ def fake_command(directory: Path, name: str, log: Path) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-def run_slurm_healthcheck(tmp_path: Path, config: dict[str, Any]) -> list[str]:
+def run_slurm_healthcheck(tmp_path: Path, config: dict[str, Any] | None) -> list[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     calls.touch()
     fake_command(bin_dir, "scontrol", calls)  # Slurm is not installed here
     fake_command(bin_dir, "logger", calls)
-    (tmp_path / "clusterhealth.yaml").write_text(yaml.safe_dump(config))
+    if config is not None:
+        (tmp_path / "clusterhealth.yaml").write_text(yaml.safe_dump(config))
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -316,6 +317,21 @@ def test_slurm_healthcheck_does_not_drain_on_a_bad_config(tmp_path: Path) -> Non
     assert any(c.startswith("logger ") for c in calls)
 
 
+def test_slurm_healthcheck_without_its_config_says_so(tmp_path: Path) -> None:
+    calls = run_slurm_healthcheck(tmp_path, None)
+    logged = [c for c in calls if c.startswith("logger ")]
+    missing = str(tmp_path / "clusterhealth.yaml")
+    assert any(f"cannot read {missing}" in c and "not checked" in c for c in logged), calls
+    # Whatever the checks found, their report says they ran without the policy.
+    report = [c for c in calls if c not in logged or "health check rc=" in c or "drained" in c]
+    assert report and all(f"[no policy: {missing} missing]" in c for c in report), calls
+
+
+def test_the_health_check_reads_the_one_config_path() -> None:
+    script = (ROOT / "deploy" / "slurm" / "clusterhealth-healthcheck").read_text()
+    assert "CONFIG=${CLUSTERHEALTH_CONFIG:-/etc/clusterhealth/clusterhealth.yaml}" in script
+
+
 def test_node_problem_detector_plugin_config_runs_real_check_commands() -> None:
     config = json.loads(
         (ROOT / "deploy" / "kubernetes" / "node-problem-detector-clusterhealth.json").read_text()
@@ -328,6 +344,9 @@ def test_node_problem_detector_plugin_config_runs_real_check_commands() -> None:
         assert args[0] == "check" and "--exit-codes" in args and args[args.index("--exit-codes") + 1] == "npd"
         # The rule's own arguments, pointed at the fixture node, must be accepted by the real command.
         local = [a for a in args]
+        # The one config path (SPEC): the unit's, the health check's, `make install`'s.
+        assert local[local.index("--config") + 1] == "/etc/clusterhealth/clusterhealth.yaml"
+        local[local.index("--config") + 1] = str(ROOT / "deploy" / "clusterhealth.yaml")
         local[local.index("--sysfs-root") + 1] = str(CLUSTER_NODE)
         local[local.index("--kmsg-path") + 1] = "/dev/null"
         done = run_cli(*local, "--simulate", str(FAULTY))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,42 @@ def test_wrong_results_capture_has_its_verdict() -> None:
     parsed = json.loads(result.stdout)
     assert parsed["verdict"] == "wrong_results"
     assert parsed["out_of_bounds"] == 4
+    assert result.returncode == 2
+    assert result.stderr.startswith("failed: ") and "wrong results" in result.stderr
+
+
+# `probe parse` exits as `probe run` does (SPEC): 0 ok, 1 degraded, 2 failed, incomplete or wrong.
+ALLREDUCE = NCCL / "01_multinode_2x8_h100_allreduce_ib.txt"
+
+
+@pytest.mark.parametrize(
+    ("expect", "code", "summary"),
+    [
+        (None, 0, "ok: nccl-tests finished: 467.98 GB/s"),
+        ("400 GB/s", 0, "ok: 467.98 GB/s is 117% of the expected 400.00 GB/s"),
+        ("600 GB/s", 0, "ok: "),  # 78% of 600: above the 0.75 asked for below
+        ("700 GB/s", 1, "degraded: 467.98 GB/s is 67% of the expected 700.00 GB/s"),
+    ],
+)
+def test_exit_code_and_summary_follow_the_verdict(expect: str | None, code: int, summary: str) -> None:
+    options = ["--expect", expect, "--degraded-fraction", "0.75"] if expect else []
+    result = run_cli("probe", "parse", "--kind", "nccl-tests", *options, str(ALLREDUCE))
+    assert result.returncode == code, result.stderr
+    assert result.stderr.startswith(summary) and result.stderr.count("\n") == 1, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "ok"
+
+
+def test_an_incomplete_output_exits_2(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.txt"
+    cut.write_text(ALLREDUCE.read_text()[:1500])
+    result = run_cli("probe", "parse", "--kind", "nccl-tests", str(cut))
+    assert json.loads(result.stdout)["verdict"] == "incomplete"
+    assert result.returncode == 2 and result.stderr.startswith("failed: ")
+
+
+def test_help_says_the_gbps_fields_are_gigabytes_a_second() -> None:
+    result = run_cli("probe", "parse", "--help")
+    assert "GB/s" in result.stdout and "*_gbps" in result.stdout and "0 ok, 1 degraded" in result.stdout
 
 
 def test_iperf3_json_from_stdin() -> None:
@@ -49,5 +86,5 @@ def test_iperf3_json_from_stdin() -> None:
 def test_unknown_kind_and_missing_file_are_usage_errors() -> None:
     assert run_cli("probe", "parse", "--kind", "hpl", "x").returncode == 2
     missing = run_cli("probe", "parse", "--kind", "iperf3", "/nonexistent/out.json")
-    assert missing.returncode == 1
+    assert missing.returncode == 2
     assert "cannot read /nonexistent/out.json" in missing.stderr

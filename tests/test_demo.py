@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from .conftest import run_cli
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
+
+from .conftest import CLUSTERHEALTH, ROOT, SCENARIOS, run_cli, value
+from .mixin import mixin
+from .prom import Prometheus, wait_for
 
 
 def test_demo_shows_gpu_rdma_and_kernel_log_faults() -> None:
@@ -16,3 +26,82 @@ def test_demo_shows_gpu_rdma_and_kernel_log_faults() -> None:
     assert 'clusterhealth_netdev_mtu_bytes{interface="enp170s0f1np1"} 1500.0' in out
     assert 'clusterhealth_kernel_events_total{event="pcie_aer_corrected"} 1.0' in out
     assert "(not in the exposition yet)" not in out
+    assert "  policy    " in out and out.split("  policy    ", 1)[1].startswith(str(ROOT / "deploy"))
+
+
+def test_demo_on_a_busy_port_says_so_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("demo", "--listen", f"127.0.0.1:{port}", "--duration", "5", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"clusterhealth: cannot listen on 127.0.0.1:{port}: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+SEVERITY = {2: "critical", 1: "warning"}
+
+
+def test_the_demos_mtu_fault_alerts_at_the_severity_check_gives_it(tmp_path: Path) -> None:
+    """The demo runs the sample config's policy: its RoCE port left at MTU 1500 is a `check`
+    result, and a real Prometheus with the generated rules raises MTUMismatch at that severity."""
+    demo = subprocess.Popen(
+        [CLUSTERHEALTH, "demo", "--listen", "127.0.0.1:0", "--interval", "1", "--duration", "90"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        address = ""
+        for line in demo.stdout:
+            if line.startswith("  metrics   http://localhost:"):
+                address = line.split("http://localhost:", 1)[1].split("/", 1)[0]
+                break
+        url = f"http://127.0.0.1:{address}/metrics"
+
+        def mtu_status() -> float | None:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+            return value(text, "clusterhealth_check_status", check="mtu", subject="enp170s0f1np1")
+
+        wait_for(lambda: mtu_status() is not None, 30, "the demo's mtu check")
+        status = int(mtu_status() or 0)
+        assert status in SEVERITY
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(mixin.render(mixin.load_config(None, mixin.TEST_PROFILE)))
+        scrape = [{"job_name": "clusterhealth", "static_configs": [{"targets": [f"127.0.0.1:{address}"]}]}]
+        with Prometheus(tmp_path / "prometheus", scrape, [rules]) as prometheus:
+
+            def mtu_alerts() -> list[dict[str, Any]]:
+                return [
+                    a
+                    for a in prometheus.alerts()
+                    if a["labels"]["alertname"] == "MTUMismatch" and a["state"] == "firing"
+                ]
+
+            wait_for(lambda: mtu_alerts() != [], 60, "MTUMismatch firing")
+            (alert,) = mtu_alerts()
+            assert alert["labels"]["interface"] == "enp170s0f1np1"
+            assert alert["labels"]["severity"] == SEVERITY[status]
+    finally:
+        demo.terminate()
+        demo.wait(20)
+    # `check` on the same simulated node with the same policy names the same fault at that severity.
+    sim_sysfs.build(tmp_path / "sys")
+    checked = run_cli(
+        "check",
+        "--only",
+        "mtu",
+        "--config",
+        str(ROOT / "deploy" / "clusterhealth.yaml"),
+        "--simulate",
+        str(SCENARIOS / "h100-faulty.yaml"),
+        "--sysfs-root",
+        str(tmp_path / "sys"),
+        "--kmsg-path",
+        "/dev/null",
+    )
+    assert checked.returncode == status, checked.stdout
+    assert f"{SEVERITY[status].upper()}" in checked.stdout and "enp170s0f1np1" in checked.stdout

@@ -87,9 +87,12 @@ SPEC_REASONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("golden")
+def golden_node(root: Path) -> list[str]:
+    """Lay out the golden node under `root` and return the flags that point the command at it.
+
+    Everything it reads is under `root` (the probe's capture is copied there), so the same flags
+    work wherever `root` is visible at the same path: here, or inside the container image
+    (tests/test_image.py)."""
     data = yaml.safe_load((SCENARIOS / "h100-faulty.yaml").read_text())
     data["frozen_at_seconds"] = 600
     scenario = root / "h100-faulty-frozen.yaml"
@@ -98,7 +101,8 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     parsed = nvml_sim.load_scenario(scenario)
     kmsg = root / "kmsg"
     kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(parsed.kernel_log, 1)))
-    capture = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
+    capture = root / "nccl-tests.txt"
+    shutil.copyfile(FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt", capture)
     config = root / "clusterhealth.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -112,7 +116,12 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
     )
     _record_a_meeting(root / "state")
     node = ["--config", str(config), "--simulate", str(scenario), "--node-name", "gpu-001"]
-    node += ["--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
+    return [*node, "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
+
+
+@pytest.fixture(scope="module")
+def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    node = golden_node(tmp_path_factory.mktemp("golden"))
     probed = run_cli("probe", "run", "nccl-allreduce", *node)
     assert probed.returncode == 0, probed.stdout + probed.stderr
     result = run_cli("scrape", *node)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from .conftest import CLUSTERHEALTH
+from .dist import VERSION
 from .mixin import ROOT, mixin
 
 CHART = ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth"
@@ -135,11 +136,24 @@ def test_the_daemonset_mounts_the_host_read_only_and_reaches_the_gpus(
     assert pod["automountServiceAccountToken"] is False
 
 
-def test_unprivileged_mode_keeps_only_the_syslog_capability() -> None:
+def test_the_default_image_is_the_one_make_image_builds(objects: dict[str, dict[str, Any]]) -> None:
+    """repository:tag = clusterhealth:<appVersion> = make image's default IMAGE for the package version."""
+    (container,) = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == VERSION
+    database = subprocess.run(["make", "-s", "-n", "-p", "-C", str(ROOT)], capture_output=True, text=True)
+    (image,) = [
+        line.split(" = ", 1)[1] for line in database.stdout.splitlines() if line.startswith("IMAGE = ")
+    ]
+    assert image.replace("$(VERSION)", VERSION) == container["image"] == f"clusterhealth:{VERSION}"
+    assert "pip install clusterhealth" not in (CHART / "values.yaml").read_text()
+
+
+def test_unprivileged_mode_keeps_only_the_syslog_and_ipc_lock_capabilities() -> None:
     daemonset = next(o for o in render("--set", "privileged=false") if o["kind"] == "DaemonSet")
     context = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
-    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG", "IPC_LOCK"]}
     kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
 
 

@@ -6,9 +6,17 @@ so a forgotten sub-package works here and is missing on a user's node.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
 import pytest
+import yaml
 
 from .conftest import ROOT
+from .dist import VERSION, make, project_wheel, wheelhouse
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
 
@@ -30,3 +38,89 @@ def test_every_source_folder_is_a_listed_package() -> None:
                 relative = folder.relative_to(ROOT).parts
                 found.add(".".join(("clusterhealth", *relative)))
     assert found == listed
+
+
+# --- the built distribution ------------------------------------------------------------------
+
+
+def test_the_version_lives_in_pyproject_and_the_rest_follows() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version == VERSION
+    chart = yaml.safe_load((ROOT / "deploy/kubernetes/helm/clusterhealth/Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, flags=re.M)
+    assert released[0] == version, "the CHANGELOG's latest release is the package version"
+    assert (
+        "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    )
+
+
+def test_the_image_pins_every_runtime_dependency_within_pyproject_ranges() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "deploy/container/constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split()[0].split("==")
+            assert "--hash=sha256:" in line, line
+            pins[canonicalize_name(name)] = version
+    for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned for the image"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {spec}"
+
+
+def test_the_wheel_installs_and_runs_from_a_fresh_venv_outside_the_clone(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-index", "--find-links"]
+    install = subprocess.run(
+        [*pip, str(wheelhouse()), str(project_wheel())],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stderr
+    command = str(venv / "bin/clusterhealth")
+    outside = {"cwd": tmp_path, "capture_output": True, "text": True, "timeout": 120}
+    version = subprocess.run([command, "--version"], **outside)  # type: ignore[call-overload]
+    assert version.stdout == f"clusterhealth {VERSION}\n"
+    # The packaged scenario, not the clone's: the wheel carries its data.
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    scenario = site / "clusterhealth/exporters/sim/scenarios/h100-faulty.yaml"
+    scrape = subprocess.run(
+        [command, "scrape", "--simulate", str(scenario), "--kmsg-path", "/dev/null"], **outside
+    )  # type: ignore[call-overload]
+    assert scrape.returncode == 0, scrape.stderr
+    assert 'clusterhealth_gpu_up{gpu="6",' in scrape.stdout
+    for data in (
+        "clusterhealth.yaml",
+        "systemd/clusterhealth.service",
+        "prometheus/clusterhealth-rules.yaml",
+    ):
+        assert (venv / "share/clusterhealth" / data).is_file(), data
+    assert list(site.glob("clusterhealth/dashboards/clusterhealth-*.json"))
+    demo = subprocess.run(  # type: ignore[call-overload]
+        [command, "demo", "--listen", "127.0.0.1:0", "--interval", "1", "--duration", "4"], **outside
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert f"  policy    {venv / 'share/clusterhealth/clusterhealth.yaml'}" in demo.stdout
+    assert str(ROOT) not in demo.stdout
+
+
+def test_the_sdist_holds_what_the_wheel_is_built_from(tmp_path: Path) -> None:
+    make("dist")
+    (sdist,) = (ROOT / "dist").glob("clusterhealth-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
+    for needed in (
+        "LICENSE",
+        "CHANGELOG.md",
+        "Containerfile",
+        "deploy/container/constraints.txt",
+        "agent/cli.py",
+    ):
+        assert needed in names, needed

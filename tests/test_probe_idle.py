@@ -61,6 +61,7 @@ def test_nvml_unavailable_is_not_taken_for_idle(simulate: Simulate, session: Nvm
     simulate(scenario(nvml=state))
     reason = IdleGuard(session, None, 5).check()
     assert reason is not None and reason.startswith("cannot tell: NVML unavailable (nvmlInit: ")
+    assert reason.endswith("set probing.check_gpus_idle: false to probe without this guard")
 
 
 def test_nvml_coming_back_is_noticed(simulate: Simulate, session: NvmlSession) -> None:

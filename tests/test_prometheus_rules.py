@@ -354,7 +354,8 @@ CASES = [
     ),
     Case(
         "MTUMismatch",
-        "the policy's CRITICAL and the fleet's odd one out fire; a tie, OK and UNKNOWN do not",
+        "the policy's CRITICAL pages, its WARNING and the fleet's odd one out warn; a tie, OK and "
+        "UNKNOWN do not",
         {
             S("clusterhealth_netdev_mtu_bytes", {"instance": "n1", "interface": "enp1"}): "9000x20",
             S("clusterhealth_netdev_mtu_bytes", {"instance": "n2", "interface": "enp1"}): "9000x20",
@@ -364,6 +365,7 @@ CASES = [
             S("clusterhealth_check_status", {"instance": "n1", "check": "mtu", "subject": "ibp1"}): "2x20",
             S("clusterhealth_check_status", {"instance": "n1", "check": "mtu", "subject": "ibp2"}): "3x20",
             S("clusterhealth_check_status", {"instance": "n2", "check": "mtu", "subject": "ibp1"}): "0x20",
+            S("clusterhealth_check_status", {"instance": "n2", "check": "mtu", "subject": "ibp3"}): "1x20",
         },
         [
             ("5m", []),
@@ -372,8 +374,13 @@ CASES = [
                 [
                     F(
                         {"instance": "n1", "check": "mtu", "subject": "ibp1", "interface": "ibp1"},
-                        "warning",
+                        "critical",
                         2,
+                    ),
+                    F(
+                        {"instance": "n2", "check": "mtu", "subject": "ibp3", "interface": "ibp3"},
+                        "warning",
+                        1,
                     ),
                     F({"instance": "n3", "interface": "enp1", "mtu": "1500"}, "warning", 1),
                 ],

@@ -75,7 +75,12 @@ class IdleGuard:
                 if processes:
                     busy.append(_gpu_reason(device.index, [int(p.pid) for p in processes]))
         except NvmlUnavailable as exc:
-            return f"cannot tell: NVML unavailable ({exc})"
+            # The usual case on a node without GPUs, or in a container without the NVIDIA runtime:
+            # say how to run the probes anyway.
+            return (
+                f"cannot tell: NVML unavailable ({exc}); on a node without GPUs set "
+                "probing.check_gpus_idle: false to probe without this guard"
+            )
         except GpuGone as gone:
             if gone.index < 0:
                 return f"cannot tell: NVML failed ({gone.call}: {gone.error})"

@@ -546,12 +546,26 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 "next. Reseat the device or its riser at the next maintenance.",
                 c.for_sustained,
             ),
+            # At the severity `check` gives the node's own policy (a rule's `severity`), so that the
+            # Slurm health check and the alert judge one fault alike; a fleet outlier is a warning.
+            Alert(
+                "MTUMismatch",
+                "critical",
+                f"""label_replace(
+  clusterhealth_check_status{m('check="mtu"')}, "interface", "$1", "subject", "(.*)"
+) == 2""",
+                "Interface {{ $labels.interface }} on {{ $labels.instance }} has an MTU unlike its policy.",
+                "The MTU differs from the node's policy, whose rule makes this CRITICAL (check mtu): "
+                "jumbo frames are dropped or fragmented and RoCE or IPoIB throughput falls. Fix the "
+                "interface's network configuration.",
+                c.for_sustained,
+            ),
             Alert(
                 "MTUMismatch",
                 "warning",
                 f"""label_replace(
   clusterhealth_check_status{m('check="mtu"')}, "interface", "$1", "subject", "(.*)"
-) > 0 < 3
+) == 1
 or on (instance, job, interface)
 (
   count_values without () ("mtu", clusterhealth_netdev_mtu_bytes{m()})

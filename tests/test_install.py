@@ -1,0 +1,160 @@
+"""`make install` into a throwaway root (DESTDIR), checked where the files will really be.
+
+The installed tree is laid over the machine's own /etc, /opt and /usr/local (read-only overlay
+mounts in a private mount namespace, as root), so that the installed unit, command, config and
+Slurm health check are seen at the paths they name, and nothing on the machine is touched:
+`systemd-analyze verify` checks the installed unit against the installed command, and the
+installed health check runs with a stand-in `scontrol` against the installed policy.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, SCENARIOS, require_tool
+from .dist import VERSION, make, project_wheel, wheelhouse
+from .test_check import fake_command
+
+UNIT = "usr/local/lib/systemd/system/clusterhealth.service"
+CONFIG = "etc/clusterhealth/clusterhealth.yaml"
+
+
+def install(root: Path, *extra: str) -> None:
+    # Offline, from the wheels the image uses: the test installs exactly what ships.
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse())}
+    make(
+        "install", f"DESTDIR={root}", f"WHEEL={project_wheel()}", f"PYTHON={sys.executable}", *extra, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("destdir")
+    install(root)
+    return root
+
+
+def in_root(root: Path, script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `script` with `root`'s /etc, /opt and /usr/local laid over the machine's."""
+    if os.geteuid() != 0:
+        pytest.fail(
+            "the install tests mount overlays in a mount namespace: run as root (as `make test` does)"
+        )
+    mounts = "".join(
+        f"mount -t overlay overlay -o lowerdir={root}/{d}:/{d} /{d}\n"
+        for d in ("etc", "opt", "usr/local")
+        if (root / d).is_dir()
+    )
+    return subprocess.run(
+        [require_tool("unshare"), "--mount", "sh", "-ec", mounts + script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_make_install_lays_out_a_node(root: Path) -> None:
+    command = root / "usr/local/bin/clusterhealth"
+    assert os.readlink(command) == "/opt/clusterhealth/bin/clusterhealth"
+    assert (root / CONFIG).read_text() == (ROOT / "deploy" / "clusterhealth.yaml").read_text()
+    assert (
+        "--config /etc/clusterhealth/clusterhealth.yaml" in (root / "etc/default/clusterhealth").read_text()
+    )
+    unit = (root / UNIT).read_text()
+    assert "\nExecStart=/usr/local/bin/clusterhealth agent $CLUSTERHEALTH_ARGS\n" in unit
+    assert "\nEnvironmentFile=-/etc/default/clusterhealth\n" in unit
+    check = root / "usr/local/sbin/clusterhealth-healthcheck"
+    assert stat.S_IMODE(check.stat().st_mode) == 0o755
+    npd = (root / "usr/local/share/clusterhealth/node-problem-detector-clusterhealth.json").read_text()
+    assert '"path": "/usr/local/bin/clusterhealth"' in npd and "/etc/clusterhealth/clusterhealth.yaml" in npd
+    assert (root / "usr/local/share/doc/clusterhealth/LICENSE").exists()
+    # The virtualenv was made under DESTDIR but names only its final path.
+    for script in (root / "opt/clusterhealth/bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            assert str(root) not in script.read_text(errors="replace"), script
+
+
+def test_systemd_analyze_verify_passes_on_the_installed_unit(root: Path) -> None:
+    systemd_analyze = require_tool("systemd-analyze")
+    result = in_root(
+        root,
+        f"{systemd_analyze} verify /{UNIT}\n/usr/local/bin/clusterhealth --version\n",
+        env={"PAGER": "cat"},
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stdout + result.stderr
+    assert result.stdout == f"clusterhealth {VERSION}\n"
+
+
+def test_the_installed_unit_fails_verify_without_the_installed_command(root: Path) -> None:
+    """What the verify test above relies on: verify looks for ExecStart='s command."""
+    result = subprocess.run(
+        [require_tool("systemd-analyze"), "verify", str(root / UNIT)], capture_output=True, text=True
+    )
+    assert "/usr/local/bin/clusterhealth" in result.stderr
+
+
+def test_the_installed_health_check_drains_on_what_only_the_installed_policy_sees(
+    root: Path, tmp_path: Path
+) -> None:
+    """An empty sysfs (no HCA) on a healthy simulated GPU node: only the installed policy's
+    `hca_count: mlx5_[0-7] count 8` makes that CRITICAL. The file is the installed default config
+    with the simulated node's paths added; the policy in it is untouched."""
+    (tmp_path / "sys").mkdir()
+    config = root / CONFIG
+    original = config.read_text()
+    healthy = SCENARIOS / "h100-healthy.yaml"
+    node = f"simulate: {healthy}\npaths: {{sysfs: {tmp_path / 'sys'}, kmsg: /dev/null}}\n"
+    config.write_text(original + "\n" + node)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    calls.touch()
+    fake_command(bin_dir, "scontrol", calls)
+    fake_command(bin_dir, "logger", calls)
+    env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    try:
+        result = in_root(root, "SLURMD_NODENAME=gpu-node-17 clusterhealth-healthcheck\n", env=env)
+        assert result.returncode == 0, result.stderr
+        drains = [c for c in calls.read_text().splitlines() if c.startswith("scontrol ")]
+        assert len(drains) == 1, calls.read_text()
+        assert "state=drain reason=clusterhealth: hca_count" in drains[0]
+        # Without the file, the same node is not drained for it, and the log says why.
+        config.unlink()
+        calls.write_text("")
+        result = in_root(root, "SLURMD_NODENAME=gpu-node-17 clusterhealth-healthcheck\n", env=env)
+        assert result.returncode == 0, result.stderr
+        logged = calls.read_text()
+        assert "hca_count" not in logged
+        assert "cannot read /etc/clusterhealth/clusterhealth.yaml" in logged
+    finally:
+        config.write_text(original)
+
+
+def test_reinstall_keeps_the_config_and_uninstall_removes_the_rest(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    install(root, "PREFIX=/usr")
+    unit = (root / "usr/lib/systemd/system/clusterhealth.service").read_text()
+    assert "\nExecStart=/usr/bin/clusterhealth agent $CLUSTERHEALTH_ARGS\n" in unit
+    assert (
+        "CLUSTERHEALTH=${CLUSTERHEALTH:-/usr/bin/clusterhealth}"
+        in (root / "usr/sbin/clusterhealth-healthcheck").read_text()
+    )
+    (root / CONFIG).write_text("collectors: {gpu: {interval_seconds: 5}}\n")
+    install(root, "PREFIX=/usr")
+    assert (root / CONFIG).read_text() == "collectors: {gpu: {interval_seconds: 5}}\n"
+    assert (root / (CONFIG + ".dist")).read_text() == (ROOT / "deploy" / "clusterhealth.yaml").read_text()
+    make("uninstall", f"DESTDIR={root}", "PREFIX=/usr")
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+    assert left == [
+        "etc/clusterhealth/clusterhealth.yaml",
+        "etc/clusterhealth/clusterhealth.yaml.dist",
+        "etc/default/clusterhealth",
+    ]
