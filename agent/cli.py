@@ -163,6 +163,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
+    model = sub.add_parser(
+        "model",
+        help="what gradient synchronisation costs a data-parallel job at a given bandwidth",
+        description="The ring all-reduce and overlap step models (docs/cost.md). Sizes take K, M, B, T "
+        "suffixes (7B); RATE is a bandwidth such as 400Gbit/s, 400 Gb/s or 50GB/s.",
+    )
+    model.add_argument("--params", required=True, metavar="N", help="parameters, e.g. 7B or 7e9")
+    model.add_argument(
+        "--bytes-per-param",
+        required=True,
+        type=float,
+        metavar="B",
+        help="gradient bytes per parameter (2 for BF16)",
+    )
+    model.add_argument("--gpus", required=True, type=int, metavar="N", help="data-parallel ranks")
+    model.add_argument("--bandwidth", required=True, metavar="RATE", help="the slowest link's bandwidth")
+    model.add_argument(
+        "--compute-seconds", required=True, type=float, metavar="T", help="compute time of one micro-batch"
+    )
+    model.add_argument(
+        "--overlap",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="share of the shorter of compute and communication hidden under the other, 0 to 1 (default 0)",
+    )
+    model.add_argument(
+        "--accumulation", type=int, default=1, metavar="K", help="micro-batches per all-reduce (default 1)"
+    )
+    model.add_argument(
+        "--latency", type=float, default=0.0, metavar="SECONDS", help="per-message latency α (default 0)"
+    )
+    model.add_argument(
+        "--target-efficiency",
+        type=float,
+        default=0.9,
+        metavar="E",
+        help="say the bandwidth that keeps this scaling efficiency (default 0.9)",
+    )
+    model.add_argument("--json", action="store_true", help="print JSON")
+
     demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
     demo.add_argument("--listen", metavar="HOST:PORT", default=f"127.0.0.1:{configuration.DEFAULT_PORT}")
     demo.add_argument("--scenario", metavar="NAME|FILE", default="h100-faulty", help="default h100-faulty")
@@ -207,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "lab":
             return _lab(args)
+        if args.command == "model":
+            return _model(args)
         if args.command == "demo":
             from clusterhealth.agent.demo import run_demo
 
@@ -313,6 +356,36 @@ def _lab(args: argparse.Namespace) -> int:
         degrade_path=path,
     )
     return lab.main(spec, args.json)
+
+
+def _model(args: argparse.Namespace) -> int:
+    from clusterhealth.agent import model
+    from clusterhealth.checks.cost import Workload
+
+    bandwidth = configuration.parse_bandwidth(args.bandwidth)
+    if not bandwidth:
+        print(
+            f"clusterhealth model: --bandwidth: expected a rate such as 400Gbit/s or 50GB/s, got "
+            f"{args.bandwidth!r}",
+            file=sys.stderr,
+        )
+        return model.EXIT_USAGE
+    try:
+        workload = Workload(
+            params=model.parse_count(args.params),
+            bytes_per_param=args.bytes_per_param,
+            gpus=args.gpus,
+            compute_seconds=args.compute_seconds,
+            overlap=args.overlap,
+            accumulation=args.accumulation,
+            latency_seconds=args.latency,
+        )
+        if not 0 < args.target_efficiency <= 1:
+            raise ValueError(f"target efficiency must be in (0, 1], not {args.target_efficiency}")
+    except ValueError as err:
+        print(f"clusterhealth model: {err}", file=sys.stderr)
+        return model.EXIT_USAGE
+    return model.run(model.Request(workload, bandwidth, args.target_efficiency), args.json)
 
 
 def _probe_parse(args: argparse.Namespace) -> int:

@@ -205,7 +205,7 @@ class ProbesCollectorConfig:
     )
 
 
-_BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(GB/s|Gb/s|MB/s|Mb/s|TB/s|Tb/s)\s*")
+_BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT](?:B/s|b/s|bit/s))\s*")
 _BANDWIDTH_FACTORS = {
     "TB/s": 1e12,
     "GB/s": 1e9,
@@ -213,12 +213,15 @@ _BANDWIDTH_FACTORS = {
     "Tb/s": 1e12 / 8,
     "Gb/s": 1e9 / 8,
     "Mb/s": 1e6 / 8,
+    "Tbit/s": 1e12 / 8,
+    "Gbit/s": 1e9 / 8,
+    "Mbit/s": 1e6 / 8,
 }
 PLACEHOLDERS = ("peer", "node", "gpus")
 
 
 def parse_bandwidth(text: str) -> float | None:
-    """`460 GB/s` (bytes, as nccl-tests prints) or `400 Gb/s` (bits) -> bytes per second."""
+    """`460 GB/s` (bytes, as nccl-tests prints) or `400 Gb/s` / `400Gbit/s` (bits) -> bytes per second."""
     m = _BANDWIDTH.fullmatch(text)
     if not m:
         return None
