@@ -14,7 +14,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.schema import check_pattern
-from clusterhealth.exporters.sim.nvml import ScenarioError
+from clusterhealth.exporters.sim.scenario import ScenarioError
 
 EXIT_CONFIG = 2
 

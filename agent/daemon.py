@@ -23,7 +23,7 @@ from clusterhealth.agent.http import Server
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.notify import Notifier
 from clusterhealth.checks.probes import runner
-from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim.scenario import SCENARIO_DIR
 
 log = logging.getLogger("clusterhealth.agent")
 
@@ -155,4 +155,4 @@ def scrape_once(config: configuration.Config) -> bytes:
 
 
 def default_scenario(name: str) -> Path:
-    return nvml_sim.SCENARIO_DIR / f"{name}.yaml"
+    return SCENARIO_DIR / f"{name}.yaml"

@@ -22,6 +22,7 @@ from clusterhealth.exporters.gpu import GpuDirectory, GpuState
 from clusterhealth.exporters.nvml import NvmlSession
 from clusterhealth.exporters.pci import nvidia_gpu_functions
 from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim.scenario import load_scenario
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
 
 T = TypeVar("T")
@@ -60,7 +61,7 @@ class Node:
         self.xid_watcher: NvmlXidWatcher | None = None
         self.simulator: nvml_sim.SimulatedLibrary | None = None
         if config.simulate:
-            self.simulator = nvml_sim.install(nvml_sim.load_scenario(config.simulate))
+            self.simulator = nvml_sim.install(load_scenario(config.simulate))
 
     def gpu_state(self, config: configuration.Config) -> tuple[GpuState | None, str]:
         """The GPUs as the gpu collector last read them, or None and why."""
