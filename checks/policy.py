@@ -21,10 +21,28 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from clusterhealth.checks.audits import CHECK_NAMES
 from clusterhealth.checks.schema import check_pattern, setting
 
 SEVERITIES = ("warning", "critical")
+# The node's checks in the order they run: the `check` label of clusterhealth_check_status and the
+# names `disabled_checks` accepts. checks/audits/ (its CHECKS table, in this order) runs each; the
+# names live here because the audits read the policy, not the other way round.
+CHECK_NAMES = (
+    "mtu",
+    "rdma_port_state",
+    "rdma_port_rate",
+    "hca_count",
+    "gpu_count",
+    "hca_firmware",
+    "gpu_driver",
+    "gpu_vbios",
+    "gpu_pcie_link",
+    "hca_pcie_link",
+    "gpu_lost",
+    "gpu_ecc_uncorrectable",
+    "gpu_row_remap",
+    "gpu_xid",
+)
 # Names as drivers/infiniband/core/sysfs.c prints them after "<id>: " in `state` and `phys_state`.
 PORT_STATES = ("DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
 PORT_PHYSICAL_STATES = (
