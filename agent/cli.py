@@ -14,7 +14,6 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.schema import check_pattern
-from clusterhealth.exporters.sim.nvml import ScenarioError
 
 EXIT_CONFIG = 2
 
@@ -254,10 +253,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from clusterhealth.agent.demo import run_demo
 
             return run_demo(args.scenario, args.listen, args.interval, args.duration)
-    except (configuration.ConfigError, ScenarioError) as err:
+    except _config_errors() as err:
         print(f"clusterhealth: configuration error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
+
+
+def _config_errors() -> tuple[type[Exception], ...]:
+    """A bad config file, and a bad scenario file once --simulate or `demo` has loaded the
+    simulator: it is imported by nothing else, so its error is not looked for before."""
+    scenario = sys.modules.get("clusterhealth.exporters.sim.scenario")
+    return (configuration.ConfigError,) + ((scenario.ScenarioError,) if scenario is not None else ())
 
 
 def _agent(args: argparse.Namespace) -> int:

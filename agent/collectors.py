@@ -1,10 +1,11 @@
 """The one table of collectors, and how the agent, `scrape` and `check` run them.
 
-Each entry names a collector (also the key of its settings section, `collectors.<name>`, which has
-`enabled`, `interval_seconds` and `timeout_seconds`), builds it from the config and the node, says
-which settings it is built from (a reload rebuilds it only when they changed) and which collectors'
-published results it reads (`after`: its first run waits for theirs). Adding a collector is its file,
-one entry here and one settings section (docs/adding-a-collector.md).
+Each entry names a collector (also the key of its settings section, `collectors.<name>`, a
+`CollectorSettings`: `enabled`, `interval_seconds`, `timeout_seconds` and its own keys), builds it
+from the config and the node, says which settings it is built from (a reload rebuilds it only when
+they changed) and which collectors' published results it reads (`after`: its first run waits for
+theirs). Adding a collector is its file, one entry here and one settings section
+(docs/adding-a-collector.md).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, get_type_hints
+from typing import Literal, get_type_hints
 
-from clusterhealth.agent.config import Config, node_name
+from clusterhealth.agent.config import CollectorSettings, Config, node_name
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.pairwise import GroupRounds
 from clusterhealth.agent.probing import ProbeRunner, ProbeService
@@ -27,17 +28,6 @@ from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.pcie_aer import PcieAerCollector
 from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.xid import XidCollector
-
-
-class Settings(Protocol):
-    """What every `collectors.<name>` section has."""
-
-    @property
-    def enabled(self) -> bool: ...
-    @property
-    def interval_seconds(self) -> float: ...
-    @property
-    def timeout_seconds(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -52,8 +42,8 @@ class Entry:
     # Collectors whose published results this one reads: its first run waits for theirs.
     after: tuple[str, ...] = ()
 
-    def settings(self, config: Config) -> Settings:
-        section: Settings = getattr(config.collectors, self.name)
+    def settings(self, config: Config) -> CollectorSettings:
+        section: CollectorSettings = getattr(config.collectors, self.name)
         return section
 
 

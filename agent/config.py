@@ -1,7 +1,9 @@
-"""The configuration file: one YAML document, validated once into frozen dataclasses.
+"""The configuration file: one YAML document, validated once into the frozen dataclasses below.
 
-Every key is optional and has a documented default (the `doc` metadata below is also what
-`clusterhealth agent --print-config` and the README's reference are made from). An unknown key, a
+This module declares the keys, each with `setting()` (checks/schema.py): its default, its `doc`
+(also what docs/configuration.md is made from) and its bounds; the audit policy's keys are
+declared the same way in checks/policy.py. `load` reads the file with agent/yamlfile.py's
+hardened YAML reader and builds a `Config` with agent/settings.py's validator: an unknown key, a
 wrong type or an out-of-range value raises `ConfigError` naming the file, the key path and what was
 expected; the command line turns that into exit code 2.
 """
@@ -9,22 +11,21 @@ expected; the command line turns that into exit code 2.
 from __future__ import annotations
 
 import dataclasses
-import json
+import inspect
 import math
 import os
 import re
-import reprlib
 import socket
-import sys
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 import yaml
 from apscheduler.triggers.cron import CronTrigger
 
+from clusterhealth.agent.settings import ConfigError, from_mapping, reference, to_mapping
+from clusterhealth.agent.yamlfile import read_yaml
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric.members import MembershipError, check_members, parse_members
 from clusterhealth.checks.fabric.schedule import RoundTiming, check_node_name
@@ -33,46 +34,6 @@ from clusterhealth.checks.schema import setting
 
 DEFAULT_PORT = 9845
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-class ConfigError(Exception):
-    """A configuration value that is not what the agent expects."""
-
-    def __init__(self, source: str, key: str, expected: str, got: object = dataclasses.MISSING):
-        self.source, self.key, self.expected = source, key, expected
-        detail = f"{source}: {key or '<top level>'}: expected {expected}"
-        if got is not dataclasses.MISSING:
-            detail += f", got {_show(got)}"
-        super().__init__(detail)
-
-
-class _Preview(reprlib.Repr):
-    """A bounded repr: a value that aliases expand to billions of items renders in microseconds."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel, self.maxstring, self.maxother = 3, 60, 60
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 6
-
-    def repr_int(self, x: int, level: int) -> str:
-        # repr() of an int longer than 4300 digits raises; a YAML hex literal can be that long.
-        return (
-            super().repr_int(x, level) if x.bit_length() <= 128 else f"<an integer of {x.bit_length()} bits>"
-        )
-
-
-_PREVIEW = _Preview()
-
-
-def _show(value: object) -> str:
-    text = _PREVIEW.repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _name(key: object) -> str:
-    """A mapping key as it appears in a key path, cut short like values are."""
-    text = key if isinstance(key, str) else _show(key)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_listen(value: str) -> str | None:
@@ -94,18 +55,54 @@ class PathsConfig:
     kmsg: str = setting("/dev/kmsg", doc="kernel log device read by the kernel-log watcher")
 
 
+# Every collector's runs are timed the same way (agent/sampling.py), so one sentence says it.
+_HUNG = "a run that lasts longer is reported hung: success 0 and /healthz says why"
+
+
 @dataclass(frozen=True)
-class GpuConfig:
-    enabled: bool = setting(True, doc="export GPU state from NVML")
-    interval_seconds: float = setting(
-        10.0, doc="how often NVML is sampled in the background", min=0.5, max=3600
-    )
-    timeout_seconds: float = setting(
-        30.0,
-        doc="a sampling run that lasts longer is reported hung: success 0 and /healthz says why",
-        min=1,
-        max=3600,
-    )
+class CollectorSettings:
+    """The keys every `collectors.<name>` section has, declared here once.
+
+    A section subclasses this and says, as class arguments, what its collector does (`enabled`),
+    its default interval and what happens at that pace (`interval_seconds`), and where they
+    differ, the interval's bounds and the default timeout.
+    """
+
+    enabled: bool = setting(True, doc="run this collector")
+    interval_seconds: float = setting(10.0, doc="how often it runs", min=0.5, max=3600)
+    timeout_seconds: float = setting(30.0, doc=_HUNG, min=1, max=3600)
+
+    def __init_subclass__(
+        cls,
+        *,
+        does: str,
+        every: float,
+        how_often: str,
+        interval_range: tuple[float, float] = (0.5, 3600),
+        timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        # The three keys again, on the section, with its defaults and words: @dataclass, applied to
+        # the section after this runs, keeps them first, where this class declares them.
+        low, high = interval_range
+        keys = {
+            "enabled": setting(True, doc=does),
+            "interval_seconds": setting(every, doc=how_often, min=low, max=high),
+            "timeout_seconds": setting(timeout, doc=_HUNG, min=1, max=3600),
+        }
+        cls.__annotations__ = {**inspect.get_annotations(CollectorSettings), **inspect.get_annotations(cls)}
+        for name, key in keys.items():
+            setattr(cls, name, key)
+
+
+@dataclass(frozen=True)
+class GpuConfig(
+    CollectorSettings,
+    does="export GPU state from NVML",
+    every=10.0,
+    how_often="how often NVML is sampled in the background",
+):
     gpm: bool = setting(True, doc="read SM activity and occupancy from GPM where the GPU supports it")
     gpm_min_window_seconds: float = setting(
         1.0,
@@ -117,14 +114,12 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
-class KernelLogConfig:
-    enabled: bool = setting(
-        True, doc="watch the kernel log (paths.kmsg) for Xid, SXid, PCIe AER, mlx5 errors"
-    )
-    interval_seconds: float = setting(5.0, doc="how often new kernel-log records are read", min=0.5, max=3600)
-    timeout_seconds: float = setting(
-        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
-    )
+class KernelLogConfig(
+    CollectorSettings,
+    does="watch the kernel log (paths.kmsg) for Xid, SXid, PCIe AER, mlx5 errors",
+    every=5.0,
+    how_often="how often new kernel-log records are read",
+):
     start: str = setting(
         "boot",
         doc="read the log from boot (events since boot count) or only from now",
@@ -143,12 +138,12 @@ def _check_globs(patterns: tuple[str, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class RdmaConfig:
-    enabled: bool = setting(True, doc="export RDMA devices, ports and counters from paths.sysfs")
-    interval_seconds: float = setting(15.0, doc="how often sysfs is read", min=0.5, max=3600)
-    timeout_seconds: float = setting(
-        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
-    )
+class RdmaConfig(
+    CollectorSettings,
+    does="export RDMA devices, ports and counters from paths.sysfs",
+    every=15.0,
+    how_often="how often sysfs is read",
+):
     include_devices: tuple[str, ...] = setting(
         (), doc="glob patterns of RDMA devices to export (empty: all)", check=_check_globs
     )
@@ -158,23 +153,23 @@ class RdmaConfig:
 
 
 @dataclass(frozen=True)
-class AuditConfig:
-    enabled: bool = setting(
-        True, doc="run the node audits and health checks (see policy) and export the results"
-    )
-    interval_seconds: float = setting(60.0, doc="how often the audits run", min=1, max=86400)
-    timeout_seconds: float = setting(
-        30.0, doc="an audit run that lasts longer is reported hung", min=1, max=3600
-    )
+class AuditConfig(
+    CollectorSettings,
+    does="run the node audits and health checks (see policy) and export the results",
+    every=60.0,
+    how_often="how often the audits run",
+    interval_range=(1, 86400),
+):
+    pass
 
 
 @dataclass(frozen=True)
-class PcieAerConfig:
-    enabled: bool = setting(True, doc="export the PCIe AER error counts of the GPUs' and HCAs' PCI functions")
-    interval_seconds: float = setting(30.0, doc="how often sysfs is read", min=0.5, max=3600)
-    timeout_seconds: float = setting(
-        30.0, doc="a reading run that lasts longer is reported hung", min=1, max=3600
-    )
+class PcieAerConfig(
+    CollectorSettings,
+    does="export the PCIe AER error counts of the GPUs' and HCAs' PCI functions",
+    every=30.0,
+    how_often="how often sysfs is read",
+):
     drivers: tuple[str, ...] = setting(
         ("nvidia", "mlx5_core"),
         doc="glob patterns of the drivers whose PCI functions are read (pcieport adds the switch ports)",
@@ -183,26 +178,24 @@ class PcieAerConfig:
 
 
 @dataclass(frozen=True)
-class XidConfig:
-    enabled: bool = setting(
-        True,
-        doc="export clusterhealth_gpu_xid_errors_total, counted once from NVML events and the kernel log",
-    )
-    interval_seconds: float = setting(
-        5.0, doc="how often the counts are exported (they are kept in memory)", min=0.5, max=3600
-    )
-    timeout_seconds: float = setting(30.0, doc="a run that lasts longer is reported hung", min=1, max=3600)
+class XidConfig(
+    CollectorSettings,
+    does="export clusterhealth_gpu_xid_errors_total, counted once from NVML events and the kernel log",
+    every=5.0,
+    how_often="how often the counts are exported (they are kept in memory)",
+):
+    pass
 
 
 @dataclass(frozen=True)
-class ProbesCollectorConfig:
-    enabled: bool = setting(True, doc="schedule the configured probes and export their results")
-    interval_seconds: float = setting(
-        2.0, doc="how often the probes' latest results are exported", min=0.5, max=3600
-    )
-    timeout_seconds: float = setting(
-        10.0, doc="an export that lasts longer is reported hung", min=1, max=3600
-    )
+class ProbesCollectorConfig(
+    CollectorSettings,
+    does="schedule the configured probes and export their results",
+    every=2.0,
+    how_often="how often the probes' latest results are exported",
+    timeout=10.0,
+):
+    pass
 
 
 _BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT](?:B/s|b/s|bit/s))\s*")
@@ -506,121 +499,12 @@ class Config:
     )
 
 
-T = TypeVar("T")
-
-# A config file holds a few hundred values. YAML aliases let a few hundred bytes stand for billions
-# (each alias repeats what its anchor names), so the expanded document is bounded before anything
-# is built from it; so is its nesting, which PyYAML walks recursively.
-MAX_DOCUMENT_VALUES = 100_000
-MAX_DEPTH = 32
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _DocumentProblem(Exception):
-    def __init__(self, key: str, expected: str):
-        super().__init__(f"{key}: expected {expected}")
-        self.key, self.expected = key, expected
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing what YAML allows but a config file must not hold.
-
-    A key given twice in one mapping (PyYAML keeps the last silently; keys merged in with ``<<``
-    may still be overridden), aliases that expand to more than MAX_DOCUMENT_VALUES values, an alias
-    inside the value it names, and nesting deeper than MAX_DEPTH. A scalar that its YAML type
-    cannot hold (the date 2001-13-45, a 5000-digit integer) is a YAML error at its line.
-    """
-
-    def compose_document(self) -> yaml.Node | None:
-        node = super().compose_document()
-        if node is not None:
-            _expanded_size(node, "", 0, {}, set())
-        return node
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, OverflowError) as err:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read {node.tag.rpartition(':')[2]} value ({err})", node.start_mark
-            ) from err
-
-
-def _expanded_size(node: yaml.Node, key: str, depth: int, sizes: dict[int, int], open_: set[int]) -> int:
-    """How many values `node` stands for once aliases are expanded (memoized: aliases share nodes)."""
-    known = sizes.get(id(node))
-    if known is not None:
-        return known
-    if depth > MAX_DEPTH:
-        raise _DocumentProblem(key, f"values nested at most {MAX_DEPTH} levels deep")
-    if id(node) in open_:
-        raise _DocumentProblem(key, "no alias inside the value its anchor names")
-    open_.add(id(node))
-    total = 1
-    if isinstance(node, yaml.MappingNode):
-        first_line: dict[tuple[str, str], int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:  # `<<: *defaults` lands its keys in this mapping
-                total += _expanded_size(value_node, key, depth + 1, sizes, open_)
-                continue
-            child = key
-            if isinstance(key_node, yaml.ScalarNode):
-                child = _join(key, _name(key_node.value))
-                line, identity = key_node.start_mark.line + 1, (key_node.tag, key_node.value)
-                if identity in first_line:
-                    raise _DocumentProblem(
-                        child,
-                        f"each key once per mapping (lines {first_line[identity]} and {line} both set it)",
-                    )
-                first_line[identity] = line
-            total += _expanded_size(key_node, child, depth + 1, sizes, open_)
-            total += _expanded_size(value_node, child, depth + 1, sizes, open_)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            total += _expanded_size(item, f"{key}[{i}]", depth + 1, sizes, open_)
-    open_.discard(id(node))
-    if total > MAX_DOCUMENT_VALUES:
-        raise _DocumentProblem(
-            key, f"at most {MAX_DOCUMENT_VALUES} values once YAML aliases are expanded (found {total})"
-        )
-    sizes[id(node)] = total
-    return total
-
-
-def _read_yaml(path: str | Path, source: str) -> Any:
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise ConfigError(source, "", "a readable file", err.strerror or str(err)) from err
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        got = f"byte 0x{raw[err.start]:02x} on line {line}"
-        raise ConfigError(source, "", "a UTF-8 text file", got) from err
-    loader: _ConfigLoader | None = None
-    try:
-        loader = _ConfigLoader(text)  # the reader already refuses characters YAML does not allow
-        return loader.get_single_data()
-    except _DocumentProblem as err:
-        raise ConfigError(source, err.key, err.expected) from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"valid YAML (line {mark.line + 1})" if mark is not None else "valid YAML"
-        raise ConfigError(source, "", where, getattr(err, "problem", None) or str(err)) from err
-    except RecursionError as err:  # PyYAML composes nested collections recursively
-        raise ConfigError(source, "", f"values nested at most {MAX_DEPTH} levels deep") from err
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Read and validate a config file (None: defaults), then apply dotted-key overrides (flags)."""
     data: Any = {}
     source = str(path) if path is not None else "<defaults>"
     if path is not None:
-        data = _read_yaml(path, source)
+        data = read_yaml(path, source)
         if data is None:
             data = {}
     for dotted, value in (overrides or {}).items():
@@ -694,152 +578,14 @@ def node_name(config: Config) -> str:
     return config.node_name if config.node_name is not None else default_node_name()
 
 
-def from_mapping(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
-    """Build dataclass `cls` from a parsed YAML mapping, checking every key and value."""
-    if not isinstance(data, dict):
-        raise ConfigError(source, prefix, "a mapping of keys to values", data)
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    for key in data:
-        if key not in fields:
-            known = ", ".join(sorted(fields))
-            raise ConfigError(source, _join(prefix, _name(key)), f"one of the known keys ({known})", key)
-    values: dict[str, Any] = {}
-    for name, f in fields.items():
-        if name in data:
-            values[name] = _convert(hints[name], data[name], f.metadata, source, _join(prefix, name))
-    return cls(**values)
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
-def _convert(hint: Any, value: Any, meta: Mapping[str, Any], source: str, key: str) -> Any:
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (hint,) = [a for a in args if a is not type(None)]
-        origin, args = get_origin(hint), get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return from_mapping(hint, value, source, key)  # type: ignore[arg-type]
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ConfigError(source, key, "a list", value)
-        items = tuple(_convert(args[0], item, {}, source, f"{key}[{i}]") for i, item in enumerate(value))
-        check = meta.get("check")
-        problem = check(items) if check is not None else None
-        if problem:
-            raise ConfigError(source, key, problem, value)
-        return items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(source, key, "a mapping", value)
-        mapping = {
-            _convert(args[0], k, {}, source, key): _convert(args[1], v, {}, source, f"{key}.{_name(k)}")
-            for k, v in value.items()
-        }
-        check = meta.get("check")
-        problem = check(mapping) if check is not None else None
-        if problem:
-            raise ConfigError(source, key, problem, value)
-        return mapping
-    converted = _scalar(hint, value, source, key)
-    _check_bounds(converted, meta, source, key)
-    return converted
-
-
-def _scalar(hint: Any, value: Any, source: str, key: str) -> Any:
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(source, key, "true or false", value)
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(source, key, "an integer", value)
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(source, key, "a number", value)
-        if isinstance(value, int) and abs(value) > sys.float_info.max:
-            return math.inf if value > 0 else -math.inf  # out of every range: _check_bounds says which
-        return float(value)
-    if hint is str:
-        if isinstance(value, float) or (
-            isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 64
-        ):
-            # YAML reads an unquoted -1 or 10 in a command line as a number.
-            raise ConfigError(
-                source, key, f"a string (YAML read a number: write it quoted, '{value}')", value
-            )
-        if not isinstance(value, str):
-            raise ConfigError(source, key, "a string", value)
-        return value
-    raise TypeError(f"config field {key} has unsupported type {hint!r}")
-
-
-def _check_bounds(value: Any, meta: Mapping[str, Any], source: str, key: str) -> None:
-    lo, hi, choices, check = meta.get("min"), meta.get("max"), meta.get("choices"), meta.get("check")
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    # NaN compares false with every bound, so it has to be refused by name (.nan, .inf are YAML floats).
-    if is_number and (
-        (isinstance(value, float) and not math.isfinite(value))
-        or (lo is not None and value < lo)
-        or (hi is not None and value > hi)
-    ):
-        if lo is not None and hi is not None:
-            expected = f"a number between {lo:g} and {hi:g}"
-        elif lo is not None or hi is not None:
-            expected = f"a number of at least {lo:g}" if lo is not None else f"a number of at most {hi:g}"
-        else:
-            expected = "a finite number"
-        raise ConfigError(source, key, expected, value)
-    if choices is not None and value not in choices:
-        raise ConfigError(source, key, "one of " + ", ".join(choices), value)
-    if check is not None:
-        problem = check(value)
-        if problem:
-            raise ConfigError(source, key, problem, value)
-
-
-def to_mapping(obj: Any) -> Any:
-    """The plain-data form of a config object, for --print-config."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, tuple):
-        return [to_mapping(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_mapping(v) for k, v in obj.items()}
-    return obj
-
-
 def dump(config: Config) -> str:
     return yaml.safe_dump(to_mapping(config), sort_keys=False, default_flow_style=False)
-
-
-def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key path, default, doc) for every leaf key: the README's configuration reference."""
-    rows: list[tuple[str, str, str]] = []
-    hints = get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        key = _join(prefix, f.name)
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            rows.extend(reference(hint, key))  # type: ignore[arg-type]
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-        rows.append((key, json.dumps(to_mapping(default)), f.metadata["doc"]))
-        args = get_args(hint)
-        if get_origin(hint) is tuple and args and dataclasses.is_dataclass(args[0]):
-            rows.extend(reference(args[0], f"{key}[]"))  # type: ignore[arg-type]  # each item's keys
-    return rows
 
 
 def reference_markdown() -> str:
     """The configuration reference table of docs/configuration.md."""
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference()]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference(Config)]
     return "\n".join(lines) + "\n"
 
 

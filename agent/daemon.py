@@ -23,7 +23,6 @@ from clusterhealth.agent.http import Server
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.notify import Notifier
 from clusterhealth.checks.probes import runner
-from clusterhealth.exporters.sim import nvml as nvml_sim
 
 log = logging.getLogger("clusterhealth.agent")
 
@@ -155,4 +154,6 @@ def scrape_once(config: configuration.Config) -> bytes:
 
 
 def default_scenario(name: str) -> Path:
-    return nvml_sim.SCENARIO_DIR / f"{name}.yaml"
+    from clusterhealth.exporters.sim.scenario import SCENARIO_DIR  # for `demo` only
+
+    return SCENARIO_DIR / f"{name}.yaml"

@@ -21,7 +21,7 @@ import yaml
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Agent, default_scenario
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
-from clusterhealth.exporters.sim.nvml import Scenario, load_scenario
+from clusterhealth.exporters.sim.scenario import Scenario, load_scenario
 
 _SELECTOR = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

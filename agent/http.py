@@ -227,6 +227,11 @@ class Server:
         # and the connections the cap closes for them release their descriptors a turn later: a
         # small batch keeps a burst within the HTTP quarter of a low descriptor limit. create_server
         # passes the same number to listen(); the kernel's queue is set back to its own size.
+        # That `backlog` is also the accept batch is CPython's asyncio, not its documentation
+        # (which names only listen()): BaseSelectorEventLoop._accept_connection runs
+        # `for _ in range(backlog): sock.accept()` in CPython 3.10 to 3.13. Nothing here notices if
+        # a release stops doing so; tests/test_http.py's
+        # test_a_starved_agent_accepts_a_flood_within_its_descriptor_limit does.
         server = await self.loop.create_server(
             lambda: _Connection(self), sock=self._socket, backlog=accept_batch()
         )

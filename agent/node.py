@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.checks.kernel_log import normalize_pci_bus_id
@@ -21,8 +21,10 @@ from clusterhealth.checks.kernel_watch import SeenEvent, recent_xid_events
 from clusterhealth.exporters.gpu import GpuDirectory, GpuState
 from clusterhealth.exporters.nvml import NvmlSession
 from clusterhealth.exporters.pci import nvidia_gpu_functions
-from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
+
+if TYPE_CHECKING:
+    from clusterhealth.exporters.sim.nvml import SimulatedLibrary
 
 T = TypeVar("T")
 
@@ -58,9 +60,13 @@ class Node:
         self.gpus: Board[GpuState] = Board("the gpu collector has not finished its first run")
         self.kernel_events: Board[Sequence[SeenEvent]] = Board("the kernel log has not been read yet")
         self.xid_watcher: NvmlXidWatcher | None = None
-        self.simulator: nvml_sim.SimulatedLibrary | None = None
+        self.simulator: SimulatedLibrary | None = None
         if config.simulate:
-            self.simulator = nvml_sim.install(nvml_sim.load_scenario(config.simulate))
+            # Imported here: a node that is not simulated never loads the simulator.
+            from clusterhealth.exporters.sim import nvml as nvml_sim
+            from clusterhealth.exporters.sim.scenario import load_scenario
+
+            self.simulator = nvml_sim.install(load_scenario(config.simulate))
 
     def gpu_state(self, config: configuration.Config) -> tuple[GpuState | None, str]:
         """The GPUs as the gpu collector last read them, or None and why."""

@@ -34,7 +34,8 @@ from typing import Any
 
 import bcrypt
 
-from clusterhealth.agent.config import ConfigError, _read_yaml, from_mapping
+from clusterhealth.agent.settings import ConfigError, from_mapping
+from clusterhealth.agent.yamlfile import read_yaml
 from clusterhealth.checks.schema import setting
 
 CLIENT_AUTH_TYPES = (
@@ -232,7 +233,7 @@ def load(path: str | Path | None) -> WebConfig:
         return NO_WEB_CONFIG
     source = str(path)
     # The config file's reader: UTF-8 only, duplicate keys, alias bombs and deep nesting refused.
-    data = _read_yaml(path, source)
+    data = read_yaml(path, source)
     if data is None:
         data = {}
     if isinstance(data, dict) and "rate_limit" in data:

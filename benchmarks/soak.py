@@ -32,7 +32,7 @@ import psutil
 from agentproc import start_agent
 
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
-from clusterhealth.exporters.sim.nvml import SCENARIO_DIR
+from clusterhealth.exporters.sim.scenario import SCENARIO_DIR
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: soak\r\nAccept-Encoding: gzip\r\n\r\n"
 WARMUP = 5_000

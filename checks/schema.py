@@ -1,8 +1,9 @@
-"""How settings are declared: a dataclass field carrying its documentation and bounds.
+"""How settings are declared: `setting()`, a dataclass field carrying its documentation and bounds.
 
-The agent's config file and the audit policy (which lives here in checks/, apart from the agent)
-declare their keys the same way; the agent's loader (agent/config.py) validates every field from
-this metadata and its reference generator documents every key from `doc`.
+Every settings file declares its keys this way and no other: the agent's config file
+(agent/config.py), the audit policy (checks/policy.py, here in checks/, apart from the agent) and
+the web config file (agent/webconfig.py). The agent's loader (agent/settings.py) validates every
+field from this metadata and its reference generator documents every key from `doc`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-def meta(
+def _meta(
     doc: str,
     *,
     min: float | None = None,
@@ -36,7 +37,7 @@ def setting(
     default_factory: Any = dataclasses.MISSING,
 ) -> Any:
     """A settings field with its documentation and bounds."""
-    metadata = meta(doc, min=min, max=max, choices=choices, check=check)
+    metadata = _meta(doc, min=min, max=max, choices=choices, check=check)
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

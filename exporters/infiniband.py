@@ -13,21 +13,35 @@ every quirk of those files is dealt with here so the collector only maps records
 - The small PMA PortCounters saturate at their width instead of wrapping (IBTA PortCounters;
   kernel `drivers/infiniband/core/sysfs.c`, `PORT_PMA_ATTR(name, counter, width, offset)`), so a
   counter at 2^width - 1 has stopped counting: `RdmaPort.pinned_at_max` says which.
+
+The files are read through exporters/sysfs.py, which bounds every read and holds the counter
+files open between collections.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
-import resource
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
+
+from clusterhealth.exporters.sysfs import (
+    Failure,
+    ReadCache,
+    decode,
+    errno_name,
+    identity,
+    link_name,
+    open_directory,
+    read_directory,
+    read_raw,
+    read_text,
+)
 
 T = TypeVar("T")
 
@@ -77,9 +91,6 @@ _RATE_RE = re.compile(
 _STATE_RE = re.compile(r"(?P<id>[0-9]{1,3}): ?(?P<name>.*)")
 _PCIE_SPEED_RE = re.compile(r"(?P<gts>[0-9]{1,4}(?:\.[0-9]{1,3})?) GT/s(?: PCIe)?")
 _PCIE_WIDTH_RE = re.compile(r"x?(?P<lanes>[0-9]{1,3})")
-
-# sysfs attributes are at most a page; anything much longer is not a sysfs value.
-_MAX_ATTRIBUTE_BYTES = 64 * 1024
 
 
 def _counter_field(file: str) -> Any:
@@ -254,103 +265,17 @@ def _parse_lanes(text: str) -> int | None:
     return int(match["lanes"]) if match else None
 
 
-class ReadCache:
-    """What sysfs does not change while a device stays registered, kept from one read to the next.
-
-    Kept: the identity attributes (`fw_ver`, `board_id`, `hca_type`, `node_guid`), each port's
-    `link_layer`, the HCA's PCI function and its `max_link_*`, an interface's `ifindex`, `iflink`,
-    `dev_port` and PCI function, and the names in `counters/` and `hw_counters/`. Everything else
-    (counters, states, rates, current link, MTUs) is read every time.
-
-    Each value is keyed by the identity of the directory it sits in: its inode and its change
-    time. A device the kernel registers again (driver reload, firmware reset) gets a new sysfs
-    directory, hence a new key, and is read afresh, new firmware version included; a directory
-    that gains or loses an entry changes its times, so its names are listed again. Only values read
-    without a problem are kept; a value not asked for in one read is dropped.
-    """
-
-    def __init__(self, held_budget: int | None = None) -> None:
-        self._current: dict[tuple[object, ...], Any] = {}
-        self._previous: dict[tuple[object, ...], Any] = {}
-        # Counter files held open between reads, at most a quarter of the open-file limit: the HTTP
-        # server takes up to another quarter, and the rest is headroom (a batch of accepted
-        # connections before the cap closes them, files opened for one read, the kernel log, NVML).
-        self.held_budget = held_budget if held_budget is not None else _a_quarter_of_the_open_file_limit()
-        self.held = 0
-
-    def get(self, key: tuple[object, ...]) -> Any:
-        if key in self._current:
-            return self._current[key]
-        value = self._previous.get(key)
-        if value is not None:
-            self._current[key] = value
-        return value
-
-    def put(self, key: tuple[object, ...], value: Any) -> None:
-        replaced = self._current.get(key, self._previous.get(key))
-        if replaced is not None and replaced is not value:
-            self._release(replaced)
-        if isinstance(value, _HeldFiles):
-            self.held += value.count
-        self._current[key] = value
-
-    def turn(self) -> None:
-        """End of one read: what it did not use goes (and held descriptors are closed)."""
-        for key, value in self._previous.items():
-            if key not in self._current:
-                self._release(value)
-        self._previous, self._current = self._current, {}
-
-    def close(self) -> None:
-        """Close every descriptor held; the cache is empty afterwards."""
-        for value in {id(v): v for v in (*self._previous.values(), *self._current.values())}.values():
-            self._release(value)
-        self._previous, self._current = {}, {}
-
-    def _release(self, value: Any) -> None:
-        if isinstance(value, _HeldFiles):
-            self.held -= value.count
-            value.close()
-
-
-def _a_quarter_of_the_open_file_limit() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return 1 << 14 if soft == resource.RLIM_INFINITY else soft // 4
-
-
-class _HeldFiles:
-    """The files of one counter directory, kept open from one read to the next.
-
-    A sysfs attribute is generated again by a read at offset 0, so a held descriptor read with
-    pread(fd, n, 0) gives the counter's current value without the open() and close() that cost
-    two thirds of a read on a 10-HCA node (~540 counter files). They are held as long as the
-    directory keeps its entries (its times do not change): a file that comes or goes, or a device
-    registered again, means a new listing and new descriptors.
-    """
-
-    __slots__ = ("count", "files", "stamp")
-
-    def __init__(self, stamp: tuple[int, int], files: list[tuple[str, int | None, str]]):
-        self.stamp = stamp
-        # (name, descriptor, or None and the errno's name of why it could not be opened, or None
-        # and "" for a file not held: opened for each read)
-        self.files = files
-        self.count = sum(1 for _, fd, _ in files if fd is not None)
-
-    def close(self) -> None:
-        for _, fd, _ in self.files:
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.files, self.count = [], 0
-
-
 def read_rdma_devices(sysfs_root: Path, cache: ReadCache | None = None) -> list[RdmaDevice]:
     """Every RDMA device under `<sysfs_root>/class/infiniband`, by name.
 
     Raises FileNotFoundError when that directory is absent (no RDMA stack on this node) and lets
     an error listing it propagate; below it, what cannot be read is left out, never raised.
-    With a `cache` (one per reader, reused), what never changes is read once (see ReadCache).
+    With a `cache` (one per reader, reused), what does not change while a device stays registered
+    is read once (see exporters/sysfs.py's ReadCache): the identity attributes (`fw_ver`,
+    `board_id`, `hca_type`, `node_guid`), each port's `link_layer`, the HCA's PCI function and its
+    `max_link_*`, an interface's `ifindex`, `iflink`, `dev_port` and PCI function, and the names in
+    `counters/` and `hw_counters/`, whose files are held open. Everything else (counters, states,
+    rates, current link, MTUs) is read every time.
     """
     root = os.fspath(sysfs_root)
     class_dir = f"{root}/class/infiniband"
@@ -406,7 +331,7 @@ class _Reader:
         # parts instead of the whole path and its class/infiniband symlink, for each file.
         self.dir_fd = dir_fd
         self.cache = cache
-        self.identity = _identity(os.fstat(dir_fd)) if dir_fd is not None else None
+        self.identity = identity(os.fstat(dir_fd)) if dir_fd is not None else None
         self.skipped: list[SkippedFile] = []
 
     def _skip(self, relative: str, reason: str) -> None:
@@ -415,7 +340,7 @@ class _Reader:
     def raw(self, relative: str) -> bytes | None:
         """The file's bytes without surrounding whitespace; None (and why) when there are none."""
         raw = self._read(relative)
-        if isinstance(raw, _Failure):
+        if isinstance(raw, Failure):
             self._failed(relative, raw.reason)
             return None
         if not raw:
@@ -429,7 +354,7 @@ class _Reader:
 
     def text(self, relative: str) -> str | None:
         raw = self.raw(relative)
-        return None if raw is None else _decode(raw)
+        return None if raw is None else decode(raw)
 
     def static_text(self, relative: str) -> str | None:
         """`text` of an attribute that does not change while the device stays registered."""
@@ -443,13 +368,13 @@ class _Reader:
                 self.cache.put(key, text)
         return text
 
-    def _read(self, relative: str) -> bytes | _Failure:
+    def _read(self, relative: str) -> bytes | Failure:
         if self.dir_fd is None:
-            return _read_raw(f"{self.device_dir}/{relative}")
-        return _read_raw(relative, self.dir_fd)
+            return read_raw(f"{self.device_dir}/{relative}")
+        return read_raw(relative, self.dir_fd)
 
     def _not_a_counter(self, relative: str, raw: bytes) -> None:
-        text = _decode(raw)
+        text = decode(raw)
         if not raw:
             reason = "empty"
         elif text.startswith("N/A"):
@@ -474,33 +399,19 @@ class _Reader:
         values: dict[str, int] = {}
         try:
             if self.dir_fd is None:
-                dir_fd = _open(f"{self.device_dir}/{relative_dir}", _DIR_FLAGS)
+                dir_fd = open_directory(f"{self.device_dir}/{relative_dir}")
             else:
-                dir_fd = _open(relative_dir, _DIR_FLAGS, dir_fd=self.dir_fd)
+                dir_fd = open_directory(relative_dir, self.dir_fd)
         except FileNotFoundError:
             return False, values
         except OSError as error:
-            self._skip(relative_dir, _errno_name(error))
+            self._skip(relative_dir, errno_name(error))
             # Present but unreadable (EACCES) still says the device has such counters.
             return _is_dir(f"{self.device_dir}/{relative_dir}"), values
         try:
-            held = self._held_files(dir_fd)
-            # This loop runs for ~500 files per collection: the calls are bound to locals and the
-            # common case (digits) is tested inline.
-            pread = os.pread
-            for name, fd, why in held.files:
-                raw: bytes | _Failure
-                if fd is None and why:
-                    self._failed(f"{relative_dir}/{name}", why)
-                    continue
-                if fd is None:  # not held (over the budget): opened for this read only
-                    raw = _read_raw(name, dir_fd)
-                else:
-                    try:
-                        raw = pread(fd, _MAX_ATTRIBUTE_BYTES, 0).strip()
-                    except OSError as read_error:
-                        raw = _read_unseekable(fd, read_error)
-                if isinstance(raw, _Failure):
+            # This loop runs for ~500 files per collection: the common case (digits) is tested inline.
+            for name, raw in read_directory(dir_fd, self.cache):
+                if isinstance(raw, Failure):
                     self._failed(f"{relative_dir}/{name}", raw.reason)
                     continue
                 if raw.isdigit() and len(raw) <= _COUNTER_MAX_DIGITS and (value := int(raw)) <= COUNTER_MAX:
@@ -508,39 +419,10 @@ class _Reader:
                 else:
                     self._not_a_counter(f"{relative_dir}/{name}", raw)
         except OSError as error:
-            self._skip(relative_dir, _errno_name(error))
+            self._skip(relative_dir, errno_name(error))
         finally:
             os.close(dir_fd)
         return True, values
-
-    def _held_files(self, dir_fd: int) -> _HeldFiles:
-        """The directory's files, held open while its entries stay the same and the cache's budget
-        of descriptors allows; over the budget (a low open-file limit), its names only, each file
-        then opened for one read at a time."""
-        status = os.fstat(dir_fd)
-        key = ("files", status.st_dev, status.st_ino)
-        stamp = (status.st_mtime_ns, status.st_ctime_ns)
-        held = self.cache.get(key)
-        if isinstance(held, _HeldFiles) and held.stamp == stamp:
-            return held
-        names = sorted(os.listdir(dir_fd))
-        files: list[tuple[str, int | None, str]] = []
-        if self.cache.held + len(names) > self.cache.held_budget:
-            files = [(name, None, "") for name in names]
-        else:
-            for name in names:
-                try:
-                    files.append((name, _open(name, _OPEN_FLAGS, dir_fd=dir_fd), ""))
-                except OSError as error:
-                    files.append((name, None, _errno_name(error)))
-        held = _HeldFiles(stamp, files)
-        self.cache.put(key, held)
-        return held
-
-
-@dataclass(frozen=True)
-class _Failure:
-    reason: str  # the errno's name
 
 
 # The hardware counters are at most 64 bits wide (sysfs prints them as unsigned decimals); a
@@ -549,11 +431,6 @@ COUNTER_MAX = (1 << 64) - 1
 _COUNTER_MAX_DIGITS = len(str(COUNTER_MAX))
 # Interface attributes (ifindex, iflink, dev_port, mtu) are 32-bit.
 _SMALL_INT_MAX = (1 << 32) - 1
-
-# O_NONBLOCK: a FIFO put in the tree must not block the read (an empty one reads as empty).
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_open = os.open  # the seam tests use to raise the errors a kernel returns
 
 
 def _counter_value(raw: bytes) -> int | None:
@@ -565,50 +442,9 @@ def _counter_value(raw: bytes) -> int | None:
     return value if value <= COUNTER_MAX else None
 
 
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
-def _read_unseekable(fd: int, error: OSError) -> bytes | _Failure:
-    """What a FIFO put in the tree holds (pread cannot seek it: ESPIPE); other errors as such."""
-    if error.errno != errno.ESPIPE:
-        return _Failure(_errno_name(error))
-    try:
-        return os.read(fd, _MAX_ATTRIBUTE_BYTES).strip()
-    except OSError as read_error:
-        return _Failure(_errno_name(read_error))
-
-
-def _errno_name(error: OSError) -> str:
-    return errno.errorcode.get(error.errno or 0, type(error).__name__)
-
-
-def _read_raw(path: str, dir_fd: int | None = None) -> bytes | _Failure:
-    """A sysfs attribute's bytes, stripped. sysfs hands a whole attribute to the first read."""
-    try:
-        fd = _open(path, _OPEN_FLAGS, dir_fd=dir_fd)
-    except OSError as error:
-        return _Failure(_errno_name(error))
-    try:
-        return os.read(fd, _MAX_ATTRIBUTE_BYTES).strip()
-    except OSError as error:
-        return _Failure(_errno_name(error))
-    finally:
-        os.close(fd)
-
-
-def _read_text(path: str) -> str | _Failure:
-    raw = _read_raw(path)
-    return raw if isinstance(raw, _Failure) else _decode(raw)
-
-
-def _identity(status: os.stat_result) -> tuple[int, int, int]:
-    return status.st_dev, status.st_ino, status.st_ctime_ns
-
-
 def _read_small_int(path: str) -> int | None:
-    raw = _read_raw(path)
-    if isinstance(raw, _Failure) or len(raw) > 12:
+    raw = read_raw(path)
+    if isinstance(raw, Failure) or len(raw) > 12:
         return None
     try:
         value = int(raw, 0)
@@ -633,7 +469,7 @@ def _function_of(link: str) -> tuple[int, int] | None:
 def _function_address(link: str) -> str:
     """The PCI address the `device` link names: the last part of its target (0000:18:00.0)."""
     try:
-        return os.path.basename(os.readlink(link).rstrip("/"))
+        return link_name(link)
     except OSError:  # not a link: a tree copied without its symlinks
         return os.path.basename(os.path.realpath(link))
 
@@ -653,7 +489,7 @@ def _read_interfaces(class_net: str, cache: ReadCache) -> dict[str, _Interface]:
         if not stat.S_ISDIR(status.st_mode):  # bonding_masters, or a link flattened into a file
             continue
         # What an interface is (its index, its parent, its PCI function) holds while it exists.
-        key = ("interface", _identity(status))
+        key = ("interface", identity(status))
         static = cache.get(key)
         if static is None:
             ifindex = _read_small_int(f"{entry}/ifindex")
@@ -674,7 +510,7 @@ def _read_device(
     device_dir: str, name: str, interfaces: Mapping[str, _Interface], cache: ReadCache
 ) -> RdmaDevice:
     try:
-        dir_fd: int | None = _open(device_dir, _DIR_FLAGS)
+        dir_fd: int | None = open_directory(device_dir)
     except OSError:
         dir_fd = None  # read by whole paths then; each file says why it cannot be read
     try:
@@ -786,7 +622,7 @@ def _gid_netdevs(reader: _Reader, base: str) -> tuple[str, ...]:
     names: list[str] = []
     for index in indexes:
         # An unused GID entry fails with EINVAL: the normal case for most of the table, not a fault.
-        text = _read_text(f"{ndevs_dir}/{index}")
+        text = read_text(f"{ndevs_dir}/{index}")
         if isinstance(text, str) and text and text not in names:
             names.append(text)
     return tuple(names)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+from clusterhealth.exporters.sysfs import Failure, read_raw
+
 # An MTU is a few digits; a longer file is not an mtu attribute.
 _MAX_MTU_BYTES = 32
 
@@ -25,12 +27,11 @@ def read_netdev_mtus(sysfs_root: Path) -> dict[str, int]:
         raise FileNotFoundError(errno.ENOENT, "no network interfaces (class/net is absent)", str(class_net))
     mtus: dict[str, int] = {}
     for entry in sorted(class_net.iterdir()):
-        try:
-            with open(entry / "mtu", "rb") as attribute:
-                text = attribute.read(_MAX_MTU_BYTES + 1).decode("ascii", errors="replace").strip()
-        except OSError:
+        raw = read_raw(f"{entry}/mtu", limit=_MAX_MTU_BYTES + 1)
+        if isinstance(raw, Failure):
             # bonding_masters and links flattened into files land here (ENOTDIR) with vanished ones.
             continue
+        text = raw.decode("ascii", errors="replace").strip()
         if len(text) <= _MAX_MTU_BYTES and text.isdigit() and text.isascii():
             mtus[entry.name] = int(text)
     return mtus

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from clusterhealth.exporters.sysfs import Failure, link_name, read_raw
+
 # PCI base class 03h, display controllers: VGA (0x0300xx) and 3D (0x0302xx) GPUs. NVSwitches,
 # bound to the nvidia driver too, are bridges (0x0680xx).
 DISPLAY_CLASS = "0x03"
@@ -27,7 +29,7 @@ def bound_functions(sysfs_root: Path | str, drivers: Sequence[str]) -> Iterator[
     for address in sorted(os.listdir(bus)):
         directory = os.path.join(bus, address)
         try:
-            driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
+            driver = link_name(os.path.join(directory, "driver"))
         except OSError:
             continue  # no driver bound
         if any(fnmatch.fnmatchcase(driver, pattern) for pattern in drivers):
@@ -41,12 +43,10 @@ def nvidia_gpu_functions(sysfs_root: Path | str) -> list[str]:
     found = []
     try:
         for address, _, directory in bound_functions(sysfs_root, ("nvidia",)):
-            try:
-                with open(os.path.join(directory, "class"), encoding="ascii") as f:
-                    pci_class = f.read(64).strip()
-            except (OSError, UnicodeDecodeError):
+            pci_class = read_raw(os.path.join(directory, "class"), limit=64)
+            if isinstance(pci_class, Failure) or not pci_class.isascii():
                 continue
-            if pci_class.startswith(DISPLAY_CLASS):
+            if pci_class.decode().startswith(DISPLAY_CLASS):
                 found.append(address)
     except OSError:
         return []

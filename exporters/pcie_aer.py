@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from clusterhealth.exporters.base import NoData
 from clusterhealth.exporters.pci import bound_functions
+from clusterhealth.exporters.sysfs import Failure, read_raw
 
 SEVERITIES = (
     ("correctable", "aer_dev_correctable"),
@@ -86,16 +87,10 @@ def read_aer_functions(sysfs_root: Path, drivers: Sequence[str]) -> list[AerFunc
 
 
 def _read(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    raw = read_raw(path, limit=_MAX_BYTES)
+    if isinstance(raw, Failure):
         return None  # absent (no AER capability) or unreadable: that severity is left out
-    try:
-        return os.read(fd, _MAX_BYTES).decode("ascii", errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return raw.decode("ascii", errors="replace")
 
 
 class PcieAerCollector:

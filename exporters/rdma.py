@@ -19,9 +19,9 @@ from clusterhealth.exporters.infiniband import (
     LegacyCounters,
     PortCounters,
     RdmaDevice,
-    ReadCache,
     read_rdma_devices,
 )
+from clusterhealth.exporters.sysfs import ReadCache
 
 PORT = ["device", "port"]
 

@@ -21,11 +21,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
-SCENARIOS = nvml_sim.SCENARIO_DIR
+SCENARIOS = SCENARIO_DIR
 CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
 
 
@@ -60,7 +61,7 @@ def simulate() -> Iterator[Callable[[dict[str, Any]], nvml_sim.SimulatedLibrary]
     """Install a simulated NVML library in this process; removed after the test."""
 
     def install(data: dict[str, Any]) -> nvml_sim.SimulatedLibrary:
-        return nvml_sim.install(nvml_sim.parse_scenario(data, "<test>"))
+        return nvml_sim.install(parse_scenario(data, "<test>"))
 
     yield install
     nvml_sim.uninstall()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from clusterhealth.agent import config as configuration
+from clusterhealth.agent import settings
 
 from .conftest import AgentProcess, run_cli, scenario, value
 
@@ -125,12 +126,51 @@ def test_print_config_output_is_a_valid_config(tmp_path: Path) -> None:
 
 
 def test_reference_documents_every_leaf_key() -> None:
-    rows = configuration.reference()
+    rows = settings.reference(configuration.Config)
     keys = [key for key, _, _ in rows]
     assert "collectors.gpu.interval_seconds" in keys
     assert all(doc for _, _, doc in rows)
     assert dict((k, d) for k, d, _ in rows)["collectors.gpu.interval_seconds"] == "10.0"
     assert dict((k, d) for k, d, _ in rows)["listen"] == '":9845"'
+
+
+# Every collectors.<name> section: (interval_seconds default, its bounds, timeout_seconds default).
+SCHEDULES = {
+    "gpu": (10.0, (0.5, 3600), 30.0),
+    "kernel_log": (5.0, (0.5, 3600), 30.0),
+    "rdma": (15.0, (0.5, 3600), 30.0),
+    "audit": (60.0, (1, 86400), 30.0),
+    "xid": (5.0, (0.5, 3600), 30.0),
+    "pcie_aer": (30.0, (0.5, 3600), 30.0),
+    "probes": (2.0, (0.5, 3600), 10.0),
+}
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_every_collector_section_has_the_three_keys_first_with_its_own_defaults_and_bounds(name: str) -> None:
+    every, (low, high), timeout = SCHEDULES[name]
+    assert [f.name for f in dataclasses.fields(configuration.CollectorsConfig)] == list(SCHEDULES)
+    section = getattr(configuration.Config().collectors, name)
+    assert [f.name for f in dataclasses.fields(section)][:3] == [
+        "enabled",
+        "interval_seconds",
+        "timeout_seconds",
+    ]
+    assert (section.enabled, section.interval_seconds, section.timeout_seconds) == (True, every, timeout)
+
+    def load(key: str, seconds: float) -> configuration.Config:
+        return settings.from_mapping(configuration.Config, {"collectors": {name: {key: seconds}}}, "f.yaml")
+
+    for seconds in (low, high):
+        assert getattr(load("interval_seconds", seconds).collectors, name).interval_seconds == seconds
+    for seconds in (low / 2, high * 2):
+        with pytest.raises(configuration.ConfigError) as caught:
+            load("interval_seconds", seconds)
+        assert str(caught.value).startswith(
+            f"f.yaml: collectors.{name}.interval_seconds: expected a number between {low:g} and {high:g}"
+        )
+    with pytest.raises(configuration.ConfigError, match="between 1 and 3600"):
+        load("timeout_seconds", 3601)
 
 
 LATIN1_COMMENT = "# réseau du nœud\nlog_level: info\n".encode("latin-1", errors="replace")
@@ -247,19 +287,19 @@ def _float_settings(cls: type, path: str = "") -> Iterator[tuple[str, dict[str, 
 
 def test_every_float_setting_refuses_nan() -> None:
     # Found from the declarations, so that a float setting added later is covered too.
-    settings = dict(_float_settings(configuration.Config))
-    assert {"collectors.kernel_log.timeout_seconds", "probes[0].jitter_seconds"} <= settings.keys()
-    assert "policy.rdma_ports[0].rate_gbps" in settings
-    for key, data in settings.items():
+    floats = dict(_float_settings(configuration.Config))
+    assert {"collectors.kernel_log.timeout_seconds", "probes[0].jitter_seconds"} <= floats.keys()
+    assert "policy.rdma_ports[0].rate_gbps" in floats
+    for key, data in floats.items():
         with pytest.raises(configuration.ConfigError) as caught:
-            configuration.from_mapping(configuration.Config, data, "f.yaml")
+            settings.from_mapping(configuration.Config, data, "f.yaml")
         assert str(caught.value).startswith(f"f.yaml: {key}: expected a number"), key
         assert str(caught.value).endswith(", got nan"), key
 
 
 def test_nan_in_a_number_without_bounds_is_refused() -> None:
     with pytest.raises(configuration.ConfigError, match="expected a finite number, got nan"):
-        configuration._check_bounds(float("nan"), {}, "f.yaml", "k")
+        settings._check_bounds(float("nan"), {}, "f.yaml", "k")
 
 
 def test_a_bandwidth_too_large_for_a_float_is_refused(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from clusterhealth.agent.demo import kmsg_record
 from clusterhealth.agent.pairwise import GroupState, GroupStore, SlotResult, state_path
 from clusterhealth.checks.fabric.schedule import round_at
 from clusterhealth.checks.probes import ProbeOutcome
-from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sim.scenario import load_scenario
 
 from .conftest import FIXTURES, GOLDEN, SCENARIOS, run_cli, samples
 
@@ -98,7 +98,7 @@ def golden_node(root: Path) -> list[str]:
     scenario = root / "h100-faulty-frozen.yaml"
     scenario.write_text(yaml.safe_dump(data))
     sim_sysfs.build(root / "sys")
-    parsed = nvml_sim.load_scenario(scenario)
+    parsed = load_scenario(scenario)
     kmsg = root / "kmsg"
     kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(parsed.kernel_log, 1)))
     capture = root / "nccl-tests.txt"

@@ -16,6 +16,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import scrape_once
 from clusterhealth.exporters.gpu import GpuDirectory, GpuReading
 from clusterhealth.exporters.sim import nvml as nvml_sim
+from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS
 
 from .conftest import scenario, value
 
@@ -58,7 +59,7 @@ def test_thermal_slowdown_shows_hw_slowdown_reasons_and_low_clock(scrape: Callab
     )
     active = {
         reason: value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason=reason)
-        for reason, _ in nvml_sim.CLOCK_EVENT_BITS.items()
+        for reason, _ in CLOCK_EVENT_BITS.items()
     }
     assert active == {r: 1.0 if r in ("hw_slowdown", "hw_thermal_slowdown") else 0.0 for r in active}
     assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="0", reason="hw_slowdown") == 0.0

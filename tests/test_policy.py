@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import yaml
 
-from clusterhealth.agent.config import ConfigError, from_mapping, reference
+from clusterhealth.agent.settings import ConfigError, from_mapping, reference
 from clusterhealth.checks.policy import (
     CHECK_NAMES,
     FirmwarePolicy,

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from clusterhealth.exporters import infiniband
+from clusterhealth.exporters import infiniband, sysfs
 from clusterhealth.exporters.infiniband import (
     LegacyCounters,
     Netdev,
     PciLink,
     RdmaDevice,
     RdmaPort,
-    ReadCache,
     SkippedFile,
     parse_pcie_generation,
     parse_pcie_width,
@@ -25,6 +24,7 @@ from clusterhealth.exporters.infiniband import (
     read_rdma_devices,
 )
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sysfs import ReadCache
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 PROCFS = FIXTURES / "procfs-fixture" / "sys"
@@ -501,7 +501,7 @@ def test_read_errors_are_skipped(monkeypatch: pytest.MonkeyPatch, code: int) -> 
             raise OSError(code, os.strerror(code), where)
         return os.open(file, flags, dir_fd=dir_fd)
 
-    monkeypatch.setattr(infiniband, "_open", fake_open)
+    monkeypatch.setattr(sysfs, "_open", fake_open)
     mlx5_0 = by_name(CLUSTER)["mlx5_0"]
     port = only_port(mlx5_0)
     assert mlx5_0.firmware_version is None

@@ -5,8 +5,8 @@ kernel-log events: `Observations`) with a `Policy` and returns one `CheckResult`
 subject. It reads nothing itself, so the agent's `audit` collector and `clusterhealth check` share
 it, and tests feed it fixture trees and hand-built readings.
 
-`CHECKS` below is the one list of checks: their names (the `check` label of
-`clusterhealth_check_status`, the names `policy.disabled_checks` accepts), their subjects, when they
+`CHECKS` below is the table of checks, in the order of `policy.CHECK_NAMES` (the `check` label of
+`clusterhealth_check_status`, the names `policy.disabled_checks` accepts): their subjects, when they
 fail, and the function that runs each. The functions live by subject: `network` (MTU, RDMA ports,
 HCA count), `firmware`, `pcie` and `gpu_health`.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from clusterhealth.checks.audits import firmware, gpu_health, network, pcie
 from clusterhealth.checks.audits.firmware import firmware_inventory
@@ -36,9 +35,7 @@ from clusterhealth.checks.audits.status import (
     by_precedence,
     worst,
 )
-
-if TYPE_CHECKING:  # the policy module imports CHECK_NAMES, so only for annotations here
-    from clusterhealth.checks.policy import Policy
+from clusterhealth.checks.policy import CHECK_NAMES, Policy
 
 
 @dataclass(frozen=True)
@@ -133,7 +130,6 @@ CHECKS: tuple[Check, ...] = (
         gpu_health.gpu_xid,
     ),
 )
-CHECK_NAMES: tuple[str, ...] = tuple(check.name for check in CHECKS)
 
 
 def run_audits(policy: Policy, observations: Observations) -> list[CheckResult]:

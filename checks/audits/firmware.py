@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from clusterhealth.checks.audits.observations import Observations, gpus_unreadable, lost
 from clusterhealth.checks.audits.status import NODE, SEVERITY_STATUS, CheckResult, Status
+from clusterhealth.checks.policy import Policy
 from clusterhealth.exporters.gpu import GpuReading
 from clusterhealth.exporters.infiniband import RdmaDevice
-
-if TYPE_CHECKING:  # the policy module imports the check table, so only for annotations here
-    from clusterhealth.checks.policy import Policy
 
 
 def firmware_inventory(

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from clusterhealth.checks.audits.network import count_result
 from clusterhealth.checks.audits.observations import Observations, each_gpu, gpus_unreadable
 from clusterhealth.checks.audits.status import NODE, SEVERITY_STATUS, CheckResult, Status, natural
 from clusterhealth.checks.kernel_log import normalize_pci_bus_id
 from clusterhealth.checks.kernel_watch import SeenEvent
+from clusterhealth.checks.policy import Policy
 from clusterhealth.checks.xid_catalog import describe
 from clusterhealth.exporters.gpu import GpuReading
-
-if TYPE_CHECKING:  # the policy module imports the check table, so only for annotations here
-    from clusterhealth.checks.policy import Policy
 
 
 def gpu_count(policy: Policy, obs: Observations) -> list[CheckResult]:

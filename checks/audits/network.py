@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from clusterhealth.checks.audits.observations import Observations
 from clusterhealth.checks.audits.status import (
@@ -15,10 +14,8 @@ from clusterhealth.checks.audits.status import (
     compile_pattern,
     natural,
 )
+from clusterhealth.checks.policy import Policy, RdmaPortRule
 from clusterhealth.exporters.infiniband import RdmaDevice, RdmaPort
-
-if TYPE_CHECKING:  # the policy module imports the check table, so only for annotations here
-    from clusterhealth.checks.policy import Policy, RdmaPortRule
 
 
 def _gbps(bytes_per_second: int) -> float:

@@ -8,14 +8,10 @@ when NVML could not tell. The width never drops at idle and is checked by defaul
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from clusterhealth.checks.audits.observations import Observations, each_gpu
 from clusterhealth.checks.audits.status import NODE, SEVERITY_STATUS, CheckResult, Status, worse
+from clusterhealth.checks.policy import Policy
 from clusterhealth.exporters.gpu import CLOCK_EVENT_REASONS, GpuReading
-
-if TYPE_CHECKING:  # the policy module imports the check table, so only for annotations here
-    from clusterhealth.checks.policy import Policy
 
 _GPU_IDLE = dict(CLOCK_EVENT_REASONS)["gpu_idle"]
 

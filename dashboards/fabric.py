@@ -1,0 +1,138 @@
+"""The fabric view: probe bandwidth by node and by pair, probe results, the fleet's RDMA errors."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import dashboard as dm
+
+from clusterhealth.dashboards.panels import (
+    HIDE_META,
+    RATE,
+    SEL,
+    Query,
+    base,
+    graph,
+    grid,
+    timeline,
+    with_rows,
+)
+
+
+def dashboard() -> gd.Dashboard:
+    return with_rows(
+        base(
+            "clusterhealth-fabric",
+            "clusterhealth / Fabric",
+            "Fabric probes (nccl-tests, ib_write_bw, iperf3) by node and by pair against their "
+            "expectation, probe results, and the fleet's RDMA error rates.",
+            node_multi=True,
+        ),
+        [("Bandwidth", bandwidth_row()), ("Results", results_row()), ("RDMA errors", rdma_errors_row())],
+    )
+
+
+def bandwidth_row() -> list[Builder[dm.Panel]]:
+    return [
+        graph(
+            "Probe bandwidth by node",
+            "Each node-local probe's headline bandwidth (nccl-tests: bus bandwidth at the large "
+            "message sizes) and its expectation.",
+            [
+                Query(
+                    f'clusterhealth_probe_bandwidth_bytes_per_second{{{SEL},peer=""}}',
+                    "{{instance}} {{probe}}",
+                ),
+                Query(
+                    f"clusterhealth_probe_expected_bandwidth_bytes_per_second{{{SEL}}}",
+                    "{{instance}} {{probe}} expected",
+                ),
+            ],
+            unit="Bps",
+        ),
+        graph(
+            "Probe bandwidth by pair",
+            "Probes with a peer: the bandwidth between this node and each partner.",
+            [
+                Query(
+                    f'clusterhealth_probe_bandwidth_bytes_per_second{{{SEL},peer!=""}}',
+                    "{{instance}} → {{peer}} {{probe}}",
+                )
+            ],
+            unit="Bps",
+        ),
+        graph(
+            "Bandwidth against expectation",
+            "Measured over expected; below 0.8 is degraded (FabricBandwidthDegraded).",
+            [
+                Query(
+                    f"clusterhealth_probe_bandwidth_bytes_per_second{{{SEL}}} "
+                    "/ on (instance, job, probe) group_left () "
+                    f"clusterhealth_probe_expected_bandwidth_bytes_per_second{{{SEL}}}",
+                    "{{instance}} {{probe}} {{peer}}",
+                )
+            ],
+            unit="percentunit",
+        ),
+        graph(
+            "Fleet median by probe",
+            "The median of the node-local probes across the fleet (NodeStraggler compares with it).",
+            [
+                Query(
+                    'job_probe:clusterhealth_probe_bandwidth_bytes_per_second:median{job="$job"}',
+                    "{{probe}}",
+                )
+            ],
+            unit="Bps",
+        ),
+    ]
+
+
+def results_row() -> list[Builder[dm.Panel]]:
+    return [
+        timeline(
+            "Probe success",
+            "1 when the probe's last run completed and met its expectation.",
+            [Query(f"clusterhealth_probe_success{{{SEL}}}", "{{instance}} {{probe}}")],
+        ),
+        graph(
+            "Probe runs by result",
+            "Runs per result: ok, degraded, failed, timeout, skipped (busy GPUs).",
+            [
+                Query(
+                    f"sum by (probe, result) (increase(clusterhealth_probe_runs_total{{{SEL}}}[{RATE}]))",
+                    "{{probe}} {{result}}",
+                )
+            ],
+        ),
+        grid(
+            "Last runs",
+            "When each probe last ran, how long it took, and nccl-tests' wrong values.",
+            [
+                Query(f"time() - clusterhealth_probe_last_run_timestamp_seconds{{{SEL}}}", instant=True),
+                Query(f"clusterhealth_probe_duration_seconds{{{SEL}}}", instant=True),
+                Query(f"clusterhealth_probe_wrong_values{{{SEL}}}", instant=True),
+            ],
+            transformations=[HIDE_META],
+        ),
+    ]
+
+
+def rdma_errors_row() -> list[Builder[dm.Panel]]:
+    return [
+        graph(
+            "Link errors across the fleet",
+            "The ports with the most symbol errors, receive errors, recoveries and link-downs per second.",
+            [
+                Query(
+                    "topk(10, sum by (instance, device, port) (rate(clusterhealth_rdma_port_errors_total{"
+                    + SEL
+                    + ',counter=~"symbol_error|port_rcv_errors|link_error_recovery|link_downed"}['
+                    + RATE
+                    + "])))",
+                    "{{instance}} {{device}}/{{port}}",
+                )
+            ],
+            w=24,
+        ),
+    ]

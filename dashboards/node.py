@@ -1,0 +1,275 @@
+"""The node view: one node's GPUs, RDMA ports and HCAs, checks, kernel events and collectors."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import dashboard as dm
+
+from clusterhealth.dashboards.panels import (
+    HIDE_META,
+    PORT_STATE_MAPPINGS,
+    RATE,
+    SEL,
+    STATUS_MAPPINGS,
+    Query,
+    base,
+    graph,
+    grid,
+    timeline,
+    with_rows,
+)
+
+
+def dashboard() -> gd.Dashboard:
+    return with_rows(
+        base(
+            "clusterhealth-node",
+            "clusterhealth / Node",
+            "One node's GPUs and HCAs: activity, clocks and their events, temperatures, power, memory "
+            "health, Xid, NVLink, PCIe; RDMA port state, rate, throughput, errors and congestion.",
+            node_multi=False,
+        ),
+        [("GPU", gpu_row()), ("RDMA", rdma_row()), ("Node", node_row())],
+    )
+
+
+def gpu_row() -> list[Builder[dm.Panel]]:
+    gpu = f"{SEL}"
+    return [
+        graph(
+            "SM activity against utilization",
+            "Utilization is 1 whenever a kernel runs, including NCCL waiting for a straggler; SM "
+            "activity says how much of the SMs' time was really busy.",
+            [
+                Query(f"clusterhealth_gpu_sm_active_ratio{{{gpu}}}", "GPU {{gpu}} SM active"),
+                Query(f"clusterhealth_gpu_utilization_ratio{{{gpu}}}", "GPU {{gpu}} utilization"),
+            ],
+            unit="percentunit",
+        ),
+        graph(
+            "SM clock against its maximum",
+            "A busy GPU below its maximum clock is held back: see the clock-event reasons.",
+            [
+                Query(f"clusterhealth_gpu_sm_clock_hertz{{{gpu}}}", "GPU {{gpu}}"),
+                Query(f"max(clusterhealth_gpu_sm_clock_max_hertz{{{gpu}}})", "maximum"),
+            ],
+            unit="hertz",
+        ),
+        timeline(
+            "Clock-event reasons",
+            "GPUs with each clock-event (throttle) reason active, over time.",
+            [
+                Query(
+                    f'sum by (reason) (clusterhealth_gpu_clocks_event_active{{{gpu},reason!="gpu_idle"}})',
+                    "{{reason}}",
+                )
+            ],
+        ),
+        graph(
+            "Temperatures",
+            "GPU and HBM temperatures.",
+            [Query(f"clusterhealth_gpu_temperature_celsius{{{gpu}}}", "GPU {{gpu}} {{sensor}}")],
+            unit="celsius",
+        ),
+        graph(
+            "Power against the limit",
+            "Power draw of each GPU and its enforced limit.",
+            [
+                Query(f"clusterhealth_gpu_power_watts{{{gpu}}}", "GPU {{gpu}}"),
+                Query(f"max(clusterhealth_gpu_power_limit_watts{{{gpu}}})", "limit"),
+            ],
+            unit="watt",
+        ),
+        graph(
+            "ECC errors since the driver loaded",
+            "Volatile ECC error counts; any uncorrected error pages (GPUUncorrectableECC).",
+            [
+                Query(
+                    f'clusterhealth_gpu_ecc_errors_total{{{gpu},scope="volatile"}}',
+                    "GPU {{gpu}} {{error}}",
+                )
+            ],
+        ),
+        grid(
+            "Row remapping",
+            "Remapped rows per cause, and whether a remap is pending (reset) or failed (replace).",
+            [
+                Query(f"clusterhealth_gpu_remapped_rows{{{gpu}}}", instant=True),
+                Query(f"clusterhealth_gpu_row_remap_pending{{{gpu}}}", instant=True),
+                Query(f"clusterhealth_gpu_row_remap_failed{{{gpu}}}", instant=True),
+            ],
+            transformations=[HIDE_META],
+        ),
+        graph(
+            "Xid by code",
+            "Xid events per GPU and code (NVML events and the kernel log, counted once).",
+            [
+                Query(
+                    f"sum by (gpu, xid) (increase(clusterhealth_gpu_xid_errors_total{{{gpu}}}[{RATE}]))",
+                    "GPU {{gpu}} Xid {{xid}}",
+                )
+            ],
+        ),
+        graph(
+            "NVLinks down",
+            "NVLinks that are not up, per GPU.",
+            [Query(f"sum by (gpu) (1 - clusterhealth_gpu_nvlink_up{{{gpu}}})", "GPU {{gpu}}")],
+        ),
+        graph(
+            "NVLink errors",
+            "NVLink CRC, replay and recovery errors per second.",
+            [
+                Query(
+                    f"sum by (gpu, error) (rate(clusterhealth_gpu_nvlink_errors_total{{{gpu}}}[{RATE}]))",
+                    "GPU {{gpu}} {{error}}",
+                )
+            ],
+        ),
+        graph(
+            "PCIe link width against its maximum",
+            "Lanes each GPU's PCIe link trained at; below the maximum is GPUPCIeLinkDegraded.",
+            [
+                Query(f"clusterhealth_gpu_pcie_link_width{{{gpu}}}", "GPU {{gpu}} width"),
+                Query(f"clusterhealth_gpu_pcie_link_generation{{{gpu}}}", "GPU {{gpu}} generation"),
+                Query(f"max(clusterhealth_gpu_pcie_link_width_max{{{gpu}}})", "maximum width"),
+            ],
+        ),
+        graph(
+            "PCIe replays",
+            "PCIe replay errors per second: a marginal link.",
+            [
+                Query(
+                    f"rate(clusterhealth_gpu_pcie_replay_errors_total{{{gpu}}}[{RATE}])",
+                    "GPU {{gpu}}",
+                )
+            ],
+        ),
+    ]
+
+
+def rdma_row() -> list[Builder[dm.Panel]]:
+    return [
+        grid(
+            "Ports",
+            "State (4 ACTIVE), physical state (5 LinkUp) and negotiated rate of each port.",
+            [
+                Query(f"clusterhealth_rdma_port_state_id{{{SEL}}}", instant=True),
+                Query(f"clusterhealth_rdma_port_physical_state_id{{{SEL}}}", instant=True),
+                Query(f"clusterhealth_rdma_port_rate_bytes_per_second{{{SEL}}}", instant=True),
+            ],
+            w=12,
+            mappings=PORT_STATE_MAPPINGS,
+            transformations=[HIDE_META],
+        ),
+        graph(
+            "Throughput",
+            "Data received and transmitted per port.",
+            [
+                Query(
+                    f"rate(clusterhealth_rdma_port_data_received_bytes_total{{{SEL}}}[{RATE}])",
+                    "{{device}}/{{port}} received",
+                ),
+                Query(
+                    f"rate(clusterhealth_rdma_port_data_transmitted_bytes_total{{{SEL}}}[{RATE}])",
+                    "{{device}}/{{port}} transmitted",
+                ),
+            ],
+            unit="Bps",
+        ),
+        graph(
+            "Port errors",
+            "Error counters per second, per port and counter.",
+            [
+                Query(
+                    f"sum by (device, port, counter) "
+                    f"(rate(clusterhealth_rdma_port_errors_total{{{SEL}}}[{RATE}])) > 0 "
+                    "or sum by (device, port) "
+                    f"(rate(clusterhealth_rdma_port_errors_total{{{SEL}}}[{RATE}]))",
+                    "{{device}}/{{port}} {{counter}}",
+                )
+            ],
+        ),
+        graph(
+            "Saturated counters",
+            "Error counters pinned at their maximum: their rate is unknown (RDMAPortErrorsUnknown).",
+            [
+                Query(
+                    f"max by (device, port) (clusterhealth_rdma_port_pma_saturated{{{SEL}}})",
+                    "{{device}}/{{port}}",
+                )
+            ],
+        ),
+        graph(
+            "Congestion",
+            "Transmit wait ticks, and the RoCE congestion counters (CNPs sent and handled, ECN "
+            "marks, receive buffer overflows) per second.",
+            [
+                Query(
+                    f"rate(clusterhealth_rdma_port_xmit_wait_total{{{SEL}}}[{RATE}])",
+                    "{{device}}/{{port}} xmit_wait",
+                ),
+                Query(
+                    f"rate(clusterhealth_rdma_port_hw_events_total{{{SEL},"
+                    f'counter=~"np_cnp_sent|rp_cnp_handled|np_ecn_marked_roce_packets|out_of_buffer"}}[{RATE}])',
+                    "{{device}}/{{port}} {{counter}}",
+                ),
+            ],
+        ),
+        graph(
+            "HCA PCIe link width",
+            "Lanes each HCA's PCIe link trained at, against its maximum (RDMAPCIeLinkDegraded).",
+            [
+                Query(f"clusterhealth_rdma_device_pcie_link_width{{{SEL}}}", "{{device}}"),
+                Query(f"max(clusterhealth_rdma_device_pcie_link_width_max{{{SEL}}})", "maximum"),
+            ],
+        ),
+    ]
+
+
+def node_row() -> list[Builder[dm.Panel]]:
+    return [
+        grid(
+            "Checks",
+            "Every audit and health check of the node (clusterhealth check).",
+            [Query(f"clusterhealth_check_status{{{SEL}}}", instant=True)],
+            mappings=STATUS_MAPPINGS,
+            transformations=[HIDE_META],
+        ),
+        graph(
+            "Kernel events",
+            "Kernel-log events other than Xid: PCIe AER, mlx5, SXid, machine checks.",
+            [
+                Query(
+                    f"sum by (event) (increase(clusterhealth_kernel_events_total{{{SEL}}}[{RATE}]))",
+                    "{{event}}",
+                )
+            ],
+        ),
+        graph(
+            "PCIe AER errors",
+            "AER errors the GPUs' and HCAs' PCI functions reported, by class: correctable ones "
+            "rising mark a marginal riser, cable or slot (the kernel log's AER events, counted).",
+            [
+                Query(
+                    f"sum by (device, driver, class) "
+                    f"(increase(clusterhealth_pcie_aer_errors_total{{{SEL}}}[{RATE}]))",
+                    "{{device}} ({{driver}}) {{class}}",
+                )
+            ],
+        ),
+        grid(
+            "Interfaces' MTU",
+            "MTU of the RDMA netdevs and audited interfaces.",
+            [Query(f"clusterhealth_netdev_mtu_bytes{{{SEL}}}", instant=True)],
+            transformations=[HIDE_META],
+        ),
+        graph(
+            "Collectors",
+            "Each collector's last run: success (1) and duration.",
+            [
+                Query(f"clusterhealth_scrape_collector_success{{{SEL}}}", "{{collector}} success"),
+                Query(f"clusterhealth_scrape_collector_duration_seconds{{{SEL}}}", "{{collector}} seconds"),
+            ],
+        ),
+    ]
