@@ -196,7 +196,10 @@ def test_one_incident_pages_once_and_what_it_stands_for_is_inhibited(fleet: Flee
     def waiting() -> list[Any]:
         delivered = fleet.webhook.alerts()
         return [i for i in INHIBITED if not fired(*i[:3])] + [
-            e for e in EXPECTED if not any(matches(a, fleet, *e[:3]) for a in delivered)
+            (node, name, labels)
+            for node, labels, _, names in INCIDENTS
+            for name in names
+            if not any(matches(a, fleet, node, name, labels) for a in delivered)
         ]
 
     wait_for(lambda: not waiting(), 90, "the incidents' alerts", lambda: str(waiting()))
