@@ -169,8 +169,9 @@ def test_the_faulty_nodes_page_and_ticket_and_the_healthy_node_stays_quiet(fleet
 
 def incident_notifications(fleet: Fleet, node: str, labels: dict[str, str]) -> dict[str, list[set[str]]]:
     """Per receiver, the notifications that brought a new firing alert of the incident, each as
-    the names of the incident's alerts it carried. A notification that only repeats them (another
-    alert of the group changed, or one resolved) is an update, not a page."""
+    the names of the incident's alerts it carried (and "other:<alert>" for an alert of another
+    incident in the same notification). A notification that only repeats them (another alert of
+    the group changed, or one resolved) is an update, not a page."""
     seen: dict[str, set[str]] = {}
     out: dict[str, list[set[str]]] = {}
     for _, payload in list(fleet.webhook.received):
@@ -183,7 +184,10 @@ def incident_notifications(fleet: Fleet, node: str, labels: dict[str, str]) -> d
         ]
         firing = {a["fingerprint"] for a in mine if a["status"] == "firing"}
         if firing - seen.setdefault(receiver, set()):
-            out.setdefault(receiver, []).append({a["labels"]["alertname"] for a in mine})
+            names = {a["labels"]["alertname"] for a in mine}
+            if "gpu" in labels:  # a GPU's incident has a notification of its own
+                names |= {"other:" + a["labels"]["alertname"] for a in payload["alerts"] if a not in mine}
+            out.setdefault(receiver, []).append(names)
         seen[receiver] |= firing
     return out
 
