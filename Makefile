@@ -9,10 +9,10 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
 # example and the end-to-end test, systemd-analyze for the unit, curl as a TLS client of the
 # endpoint (prometheus also scrapes it over TLS), ip and tc (iproute2) for the pairwise lab's
-# network namespaces.
+# network namespaces, testssl.sh to scan the endpoint's TLS.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
-             node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2
+             node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 testssl:testssl.sh
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools
 
