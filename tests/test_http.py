@@ -409,8 +409,7 @@ def test_failing_accepts_do_not_spin_a_core(tmp_path: Path) -> None:
         """
         import resource, sys, time
         resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
-        from clusterhealth.agent import http, webconfig
-from clusterhealth.agent.exposition import Exposition
+        from clusterhealth.agent.exposition import Exposition
         from clusterhealth.agent.http import Server
         server = Server("127.0.0.1:0", Exposition(lambda: []), lambda: [], max_connections=1000)
         server.start()
