@@ -2,9 +2,10 @@
 
 The selectors and thresholds are the fields of `Config`; `python deploy/prometheus/mixin.py`
 writes the committed files (`make generate`: the rules, the chart's copy, docs/deploy.md's tables,
-the Xid runbook's table and the Alertmanager example's inhibitions), and `--config FILE` regenerates them with a user's
-own values (a YAML mapping of field names, e.g. `{selector: 'job="gpu-health"', for_sustained:
-30m}`). tests/test_prometheus_rules.py regenerates with the defaults and compares byte for byte.
+the Xid runbook's table and the Alertmanager example's inhibitions), and `--config FILE`
+regenerates them with a user's own values (a YAML mapping of field names, e.g. `{selector:
+'job="gpu-health"', for_sustained: 30m}`). tests/test_prometheus_rules.py regenerates with the
+defaults and compares byte for byte.
 
 Conventions (kubernetes-mixin, node-mixin): recording rules are named `level:metric:operations`;
 every alert has `severity` (`critical` pages someone now, `warning` is a ticket), a summary
