@@ -44,13 +44,13 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
 # example and the end-to-end test, systemd-analyze for the unit, curl as a TLS client of the
 # endpoint (prometheus also scrapes it over TLS), ip and tc (iproute2) for the pairwise lab's
-# network namespaces.
 # network namespaces, buildah and mmdebstrap for the container image test (which bootstraps its
-# own Debian base), unshare (util-linux) for the install test's private mounts.
+# own Debian base), unshare (util-linux) for the install test's private mounts, testssl.sh to scan
+# the endpoint's TLS.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
-             buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux
+             buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools \
         dist wheels image install uninstall

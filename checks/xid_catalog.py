@@ -15,13 +15,15 @@ Sources (paraphrased, not copied):
   transcription in leptonai/gpud (components/accelerator/nvidia/sxid/sxid.go); only codes found
   there are listed.
 
-Severity is this project's call, not NVIDIA's:
+Severity is this project's call, read from NVIDIA's immediate action:
 
-- ``critical``: the GPU, switch or node needs an operator — drain, reset, reboot or replace. This
-  covers every code for which NVIDIA's immediate action is a GPU reset, a node restart or an
-  NVLink/ECC workflow, plus the memory-health codes 63, 92 and 94, which leave the GPU running but
-  signal a repair that needs a reset or memory that is wearing out. `CRITICAL_XIDS` is this set.
-- ``warning``: an application-level fault (restart the job) or something to keep an eye on.
+- ``critical``: the GPU, switch or node needs an operator now: NVIDIA's immediate action is a GPU
+  reset, a node restart or an NVLink/ECC workflow. `clusterhealth check` reports it CRITICAL (the
+  Slurm health check drains on it) and GPUXidCritical pages. `CRITICAL_XIDS` is this set.
+- ``warning``: NVIDIA's immediate action is none or a restart of the application. Most are one
+  program's fault (restart the job); the memory-health codes 63, 92 and 94 (`TICKET_XIDS`) leave
+  the GPU running but mean a repair waits for a reset or the memory is wearing, so they open a
+  ticket (GPUXidCritical at warning), without paging or draining.
 - ``info``: normal fallout of another event, no action.
 """
 
@@ -145,10 +147,10 @@ _XIDS: tuple[XidInfo, ...] = (
         "The GPU recorded a memory repair in its InfoROM after a memory error: a page retirement "
         "(Volta and older) or a row remap (Ampere and newer). A row remap only takes effect after "
         "the GPU is reset.",
-        "critical",
-        "Drain and reset the GPU at the next opportunity so the pending remap is applied; confirm "
-        "with nvidia-smi -q -d ROW_REMAPPER. NVIDIA's catalog asks for no immediate action: the "
-        "remap itself succeeded.",
+        "warning",
+        "Reset the GPU when its jobs end (at the next maintenance) so the pending remap is applied; "
+        "confirm with nvidia-smi -q -d ROW_REMAPPER. NVIDIA's catalog asks for no immediate action: "
+        "the remap itself succeeded.",
     ),
     XidInfo(
         64,
@@ -195,7 +197,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "EXCESSIVE_SBE_INTERRUPTS",
         "The GPU reports corrected single-bit ECC errors at a high rate; data is still correct, but "
         "the memory is degrading.",
-        "critical",
+        "warning",
         "No immediate action is needed for running jobs; schedule a check of the GPU's ECC and "
         "row-remap counters and open a support case (NVIDIA's investigatory action).",
     ),
@@ -204,9 +206,9 @@ _XIDS: tuple[XidInfo, ...] = (
         "ROBUST_CHANNEL_CONTAINED_ERROR",
         "An uncorrectable memory error was contained (Ampere and newer): only the programs using "
         "the affected memory were stopped; the GPU keeps serving others.",
-        "critical",
-        "Restart the affected jobs. The bad row is remapped only after a GPU reset: drain and reset "
-        "at the next opportunity and check nvidia-smi -q -d ROW_REMAPPER.",
+        "warning",
+        "Restart the affected jobs (NVIDIA's immediate action). The bad row is remapped only after a "
+        "GPU reset: reset it when its jobs end and check nvidia-smi -q -d ROW_REMAPPER.",
     ),
     XidInfo(
         95,
@@ -345,6 +347,8 @@ _LATER = (
 
 XID_CATALOG: Mapping[int, XidInfo] = MappingProxyType({x.code: x for x in (*_XIDS, *_NVLINK5, *_LATER)})
 CRITICAL_XIDS: frozenset[int] = frozenset(c for c, x in XID_CATALOG.items() if x.severity == "critical")
+# Warnings about the GPU's memory rather than one program: a ticket, not a page or a drain.
+TICKET_XIDS: frozenset[int] = frozenset({63, 92, 94})
 
 
 def describe(code: int) -> XidInfo:

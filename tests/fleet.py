@@ -31,11 +31,12 @@ from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
 from .conftest import FIXTURES, SCENARIOS, AgentProcess, require_tool
 from .mixin import ROOT, mixin
-from .prom import Alertmanager, Prometheus, Webhook, wait_for
+from .prom import Alertmanager, Prometheus, Webhook, hurried, wait_for
 
 NCCL_OUTPUT = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
 IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
 PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
+PAGE_WAIT, TICKET_WAIT = "2s", "6s"
 FAST_COLLECTORS = {
     "gpu": {"interval_seconds": 1},
     "rdma": {"interval_seconds": 1},
@@ -196,7 +197,9 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         for receiver in am_config["receivers"]:
             for hook in receiver.get("webhook_configs", []):
                 hook["url"] = webhook.url("/" + receiver["name"])
-        am_config["route"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+        # A page waits 2 s for the rest of its incident (a scrape or two), a ticket 6 s for the page
+        # that inhibits it: the example's 30 s and 5 minutes, for a test of seconds.
+        hurried(am_config, PAGE_WAIT, TICKET_WAIT)
         alertmanager = Alertmanager(tmp / "alertmanager", am_config)
         alertmanager.start()
         servers.append(alertmanager)

@@ -551,8 +551,9 @@ def test_an_xid_the_watcher_could_not_map_is_placed_by_its_bus_id() -> None:
         xid(46, None, 10, pci=None),
     ]
     results = audit(gpus=healthy_node(), events=events)
+    # Xid 94 (a contained ECC error: restart the job) warns; it does not drain.
     assert statuses(results, "gpu_xid") == {
-        **{str(i): CRITICAL if i == 5 else OK for i in range(8)},
+        **{str(i): WARNING if i == 5 else OK for i in range(8)},
         "0000:ab:00.0": CRITICAL,
         "unknown": CRITICAL,
     }

@@ -1,8 +1,9 @@
 """End to end: a real Prometheus loads the generated rules (test profile) and scrapes three agents
 on simulated nodes; a real Alertmanager running the example config delivers to a webhook. The
 faulty nodes' alerts arrive with their labels at the receiver their severity routes to; the
-healthy node raises none. The same fleet checks the dashboards: every name they use is in an
-agent's exposition or is a recording rule, and every panel query returns data."""
+healthy node raises none; each incident pages (or tickets) once, the alerts that a page or the
+node's own check stands for are inhibited. The same fleet checks the dashboards: every name they
+use is in an agent's exposition or is a recording rule, and every panel query returns data."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from clusterhealth.dashboards import build
 
-from .fleet import Fleet, running_fleet, settle, wait_until_series
+from .fleet import TICKET_WAIT, Fleet, running_fleet, settle, wait_until_series
 from .prom import wait_for
 from .test_dashboards import concrete, exported_names, load, queries, recorded_names, used_names
 
@@ -32,10 +33,10 @@ RECEIVER = {"critical": "pager", "warning": "ticket"}
 EXPECTED = [
     ("gpu", "GPUFellOffBus", {"gpu": "6"}, "critical"),
     ("gpu", "GPUUncorrectableECC", {"gpu": "5", "error": "uncorrected"}, "critical"),
-    ("gpu", "GPURowRemapPending", {"gpu": "5"}, "warning"),
     ("gpu", "GPURowRemapFailed", {"gpu": "7"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "2", "xid": "74"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "7", "xid": "64"}, "critical"),
+    ("gpu", "GPUXidCritical", {"gpu": "6", "xid": "79"}, "critical"),
     ("gpu", "GPUThermalOrPowerSlowdown", {"gpu": "3", "reason": "hw_thermal_slowdown"}, "warning"),
     ("gpu", "GPUPCIeLinkDegraded", {"gpu": "1"}, "warning"),
     ("gpu", "NVLinkDown", {"gpu": "2", "link": "5"}, "critical"),
@@ -44,17 +45,37 @@ EXPECTED = [
     ("fabric", "RDMAPortErrorsUnknown", {"device": "mlx5_5", "counter": "symbol_error"}, "warning"),
     ("fabric", "RDMAPCIeLinkDegraded", {"device": "mlx5_4"}, "warning"),
     ("fabric", "MTUMismatch", {"interface": "enp170s0f1np1", "mtu": "1500"}, "warning"),
+    ("fabric", "NodeCheckFailing", {"check": "hca_firmware", "subject": "mlx5_7"}, "warning"),
+    ("fabric", "FabricBandwidthDegraded", {"probe": "nccl-local"}, "warning"),
+    ("fabric", "RDMALinkFlapping", {"device": "mlx5_5", "counter": "link_downed"}, "warning"),
+    ("fabric", "RDMAPortErrors", {"device": "mlx5_0", "counter": "symbol_error"}, "critical"),
+    ("fabric", "RDMAPortErrors", {"device": "mlx5_1", "counter": "port_rcv_errors"}, "warning"),
+]
+
+# Alerts that fire but reach nobody: a page about the same GPU, or the node's own firmware check,
+# stands for them (deploy/alertmanager's generated inhibitions).
+INHIBITED = [
+    ("gpu", "GPURowRemapPending", {"gpu": "5"}, "warning"),
+    ("gpu", "GPUXidCritical", {"gpu": "5", "xid": "94"}, "warning"),
+    ("gpu", "GPUXidCritical", {"gpu": "5", "xid": "63"}, "warning"),
     (
         "fabric",
         "FirmwareDrift",
         {"component": "hca", "subject": "mlx5_7", "version": "28.36.1010"},
         "warning",
     ),
-    ("fabric", "NodeCheckFailing", {"check": "hca_firmware", "subject": "mlx5_7"}, "warning"),
-    ("fabric", "FabricBandwidthDegraded", {"probe": "nccl-local"}, "warning"),
-    ("fabric", "RDMALinkFlapping", {"device": "mlx5_5", "counter": "link_downed"}, "warning"),
-    ("fabric", "RDMAPortErrors", {"device": "mlx5_0", "counter": "symbol_error"}, "critical"),
-    ("fabric", "RDMAPortErrors", {"device": "mlx5_1", "counter": "port_rcv_errors"}, "warning"),
+]
+
+# One incident, one notification: (node, the labels of the incident's alerts, the receiver, the
+# alerts its one notification carries). GPU 5's uncorrectable ECC errors raise GPUUncorrectableECC,
+# Xid 94 and 63 and GPURowRemapPending; before the inhibitions and the grouping by GPU they were 3
+# pages and a ticket, in 3 pager notifications shared with the node's other GPUs.
+INCIDENTS = [
+    ("gpu", {"gpu": "5"}, "pager", {"GPUUncorrectableECC"}),
+    ("gpu", {"gpu": "2"}, "pager", {"GPUXidCritical", "NVLinkDown"}),
+    ("gpu", {"gpu": "6"}, "pager", {"GPUFellOffBus", "GPUXidCritical"}),
+    ("gpu", {"gpu": "7"}, "pager", {"GPURowRemapFailed", "GPUXidCritical"}),
+    ("fabric", {"subject": "mlx5_7"}, "ticket", {"NodeCheckFailing"}),
 ]
 
 
@@ -144,6 +165,56 @@ def test_the_faulty_nodes_page_and_ticket_and_the_healthy_node_stays_quiet(fleet
     healthy = fleet.instance("healthy")
     assert not [a for a in fleet.prometheus.alerts() if a["labels"].get("instance") == healthy]
     assert fleet.prometheus.query(f'ALERTS{{instance="{healthy}"}}') == []
+
+
+def incident_notifications(fleet: Fleet, node: str, labels: dict[str, str]) -> dict[str, list[set[str]]]:
+    """Per receiver, the notifications that brought a new firing alert of the incident, each as
+    the names of the incident's alerts it carried (and "other:<alert>" for an alert of another
+    incident in the same notification). A notification that only repeats them (another alert of
+    the group changed, or one resolved) is an update, not a page."""
+    seen: dict[str, set[str]] = {}
+    out: dict[str, list[set[str]]] = {}
+    for _, payload in list(fleet.webhook.received):
+        receiver = payload["receiver"]
+        mine = [
+            a
+            for a in payload["alerts"]
+            if a["labels"].get("instance") == fleet.instance(node)
+            and all(a["labels"].get(k) == v for k, v in labels.items())
+        ]
+        firing = {a["fingerprint"] for a in mine if a["status"] == "firing"}
+        if firing - seen.setdefault(receiver, set()):
+            names = {a["labels"]["alertname"] for a in mine}
+            if "gpu" in labels:  # a GPU's incident has a notification of its own
+                names |= {"other:" + a["labels"]["alertname"] for a in payload["alerts"] if a not in mine}
+            out.setdefault(receiver, []).append(names)
+        seen[receiver] |= firing
+    return out
+
+
+def test_one_incident_pages_once_and_what_it_stands_for_is_inhibited(fleet: Fleet) -> None:
+    def fired(node: str, name: str, labels: dict[str, str]) -> bool:
+        where = ",".join(f'{k}="{v}"' for k, v in {**labels, "instance": fleet.instance(node)}.items())
+        return bool(fleet.prometheus.query(f'ALERTS{{alertname="{name}",alertstate="firing",{where}}}[10m]'))
+
+    def waiting() -> list[Any]:
+        delivered = fleet.webhook.alerts()
+        return [i for i in INHIBITED if not fired(*i[:3])] + [
+            (node, name, labels)
+            for node, labels, _, names in INCIDENTS
+            for name in names
+            if not any(matches(a, fleet, node, name, labels) for a in delivered)
+        ]
+
+    wait_for(lambda: not waiting(), 90, "the incidents' alerts", lambda: str(waiting()))
+    # A ticket waits for the page that inhibits it: once that wait is over, nothing more comes.
+    settle(float(TICKET_WAIT.rstrip("s")) + 2)
+    delivered = fleet.webhook.alerts()
+    for node, name, labels, _ in INHIBITED:
+        assert not [a for a in delivered if matches(a, fleet, node, name, labels)], (name, labels)
+    for node, labels, receiver, names in INCIDENTS:
+        sent = incident_notifications(fleet, node, labels)
+        assert sent == {receiver: [names]}, (node, labels, sent)
 
 
 def test_every_name_is_emitted_by_the_agent_or_recorded(fleet: Fleet) -> None:

@@ -7,6 +7,7 @@ threads and file descriptors are counted from outside.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import resource
 import signal
@@ -18,9 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import bcrypt
 import psutil
 import pytest
 
+from clusterhealth.agent import http, webconfig
 from clusterhealth.agent.exposition import Exposition
 from clusterhealth.agent.http import Server, accepts_gzip
 
@@ -88,6 +91,41 @@ def headers_of(response: bytes) -> dict[str, str]:
 
 def get(port: int, path: str = "/metrics", extra: str = "") -> bytes:
     return exchange(port, f"GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode())
+
+
+# --- basic auth --------------------------------------------------------------------------------
+
+
+def basic(user: str, password: str) -> str:
+    return "Authorization: Basic " + base64.b64encode(f"{user}:{password}".encode()).decode() + "\r\n"
+
+
+def test_requests_beyond_the_bcrypt_queue_get_503_not_an_answer(
+    server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While bcrypt is busy and the queue of credentials waiting for it is full, a request with
+    unverified credentials is answered 503 at once, whatever its password, and never let in."""
+    monkeypatch.setattr(http, "MAX_PENDING_AUTH", 1)
+    users = {"alice": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))}
+    credentials = webconfig.Credentials(users)
+    instance = server(web_config=webconfig.WebConfig(users=users, credentials=credentials))
+    port = instance.address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as waiting:
+        with credentials.checking:  # bcrypt is busy: the first request waits for it
+            waiting.sendall(f"GET /metrics HTTP/1.1\r\nHost: t\r\n{basic('alice', 's3cret')}\r\n".encode())
+            deadline = time.monotonic() + 5
+            while instance.auth_pending < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert instance.auth_pending == 1
+            for password in ("s3cret", "wrong"):
+                response = get(port, extra=basic("alice", password))
+                assert status_of(response) == 503, response
+                assert headers_of(response)["retry-after"] == "1"
+                assert b"clusterhealth_" not in response
+        assert status_of(read_response(waiting)) == 200
+    # Verified once, alice no longer waits for bcrypt, even while it is busy.
+    with credentials.checking:
+        assert status_of(get(port, extra=basic("alice", "s3cret"))) == 200
 
 
 # --- methods and encodings -------------------------------------------------------------------

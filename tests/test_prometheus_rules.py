@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterhealth.checks.xid_catalog import CRITICAL_XIDS
+from clusterhealth.checks.xid_catalog import CRITICAL_XIDS, TICKET_XIDS, XID_CATALOG
 
 from .mixin import ROOT, expand, mixin
 
@@ -162,16 +162,32 @@ CASES = [
     ),
     Case(
         "GPUXidCritical",
-        "new and increasing critical Xids fire; an old constant one and an informational one do not",
+        "new and increasing critical Xids page and memory-health Xids open a ticket, each after a "
+        "minute like the GPU's other hardware alerts; an old constant one and an application's do not",
         {
             S("clusterhealth_gpu_xid_errors_total", gpu("2", xid="48")): "1x100",
             S("clusterhealth_gpu_xid_errors_total", gpu("1", xid="43")): "0x70 1+1x30",
-            S("clusterhealth_gpu_xid_errors_total", gpu("3", xid="94")): "1x80 2x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("1", xid="13")): "0x70 1+1x30",
+            S("clusterhealth_gpu_xid_errors_total", gpu("3", xid="95")): "1x80 2x20",
             S("clusterhealth_gpu_xid_errors_total", gpu("0", xid="79")): "_x80 1x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("5", xid="94")): "_x80 1x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("5", xid="63")): "_x80 1x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("6", xid="92")): "0x80 1x20",
         },
         [
             ("75m", []),
-            ("85m", [F(gpu("3", xid="94"), "critical"), F(gpu("0", xid="79"), "critical")]),
+            # The events of 80m are pending (`_x80` is 80 blanks: the series start at 80m).
+            ("80m", []),
+            (
+                "85m",
+                [
+                    F(gpu("3", xid="95"), "critical"),
+                    F(gpu("0", xid="79"), "critical"),
+                    F(gpu("5", xid="94"), "warning"),
+                    F(gpu("5", xid="63"), "warning"),
+                    F(gpu("6", xid="92"), "warning"),
+                ],
+            ),
         ],
     ),
     Case(
@@ -234,6 +250,21 @@ CASES = [
             S("clusterhealth_rdma_port_physical_state_id", port("mlx5_4")): "5x20",
         },
         [("4m", []), ("10m", [F(port("mlx5_3"), "critical", 1), F(port("mlx5_4"), "critical", 2)])],
+    ),
+    Case(
+        "RDMAPortDown",
+        "every physical state but LinkUp fires, even while the logical state still reads ACTIVE",
+        {
+            **{S("clusterhealth_rdma_port_state_id", port(f"mlx5_{phys}")): "4x20" for phys in range(8)},
+            **{
+                S("clusterhealth_rdma_port_physical_state_id", port(f"mlx5_{phys}")): f"5x5 {phys}x15"
+                for phys in range(8)
+            },
+        },
+        [
+            ("4m", []),
+            ("10m", [F(port(f"mlx5_{phys}"), "critical", phys) for phys in range(8) if phys != 5]),
+        ],
     ),
     Case(
         "RDMALinkFlapping",
@@ -620,7 +651,8 @@ CASES = [
     ),
     Case(
         "NodeCheckFailing",
-        "CRITICAL and WARNING of checks without an alert of their own; gpu_xid has its own alert",
+        "CRITICAL and WARNING of checks without an alert of their own; gpu_xid has its own alert, and "
+        "UNKNOWN is NodeCheckUnknown's",
         {
             S(
                 "clusterhealth_check_status", {"instance": "n1", "check": "gpu_count", "subject": "node"}
@@ -632,6 +664,9 @@ CASES = [
                 "clusterhealth_check_status", {"instance": "n2", "check": "gpu_count", "subject": "node"}
             ): "0x20",
             S("clusterhealth_check_status", {"instance": "n3", "check": "gpu_xid", "subject": "2"}): "2x20",
+            S(
+                "clusterhealth_check_status", {"instance": "n3", "check": "hca_count", "subject": "mlx5_.*"}
+            ): "3x20",
         },
         [
             ("0m", []),
@@ -756,8 +791,20 @@ def test_every_spec_alert_is_generated_with_its_conventions() -> None:
         assert (ROOT / "docs" / "runbooks" / f"{rule['alert']}.md").is_file(), rule["alert"]
 
 
-def test_critical_xids_are_the_catalogs() -> None:
+def test_critical_and_ticket_xids_are_the_catalogs() -> None:
     assert set(mixin.CRITICAL_XIDS) == set(CRITICAL_XIDS)
+    assert set(mixin.TICKET_XIDS) == set(TICKET_XIDS)
+
+
+def test_each_alert_carries_the_labels_its_inhibitions_match_on() -> None:
+    """The Alertmanager example's inhibitions match on each alert's `about` labels: every alert
+    the promtool cases expect carries them."""
+    kinds = {(a.name, a.severity): a.about for a in mixin.alerts(mixin.Config())}
+    for case in CASES:
+        for _, firing in case.evals:
+            for f in firing:
+                about = mixin.SUBJECTS[kinds[(case.alert, f.severity)]]
+                assert set(about) <= set(f.labels), (case.alert, f.severity, about, f.labels)
 
 
 def test_every_alert_has_firing_and_quiet_cases() -> None:
@@ -810,9 +857,23 @@ def test_the_pairwise_host_rule_joins_where_it_is_meant_to() -> None:
 
 def test_the_xid_runbook_table_is_the_catalogs() -> None:
     text = mixin.XID_RUNBOOK.read_text()
-    assert text == mixin.xid_runbook(text, mixin.Config().critical_xids), "run `make generate`"
-    for code in CRITICAL_XIDS:
-        assert f"\n| {code} | " in text
+    assert text == mixin.xid_runbook(text, mixin.Config()), "run `make generate`"
+    rows = {
+        int(line.split(" | ")[0].lstrip("| ")): line.split(" | ")[2:4]
+        for line in text.splitlines()
+        if re.match(r"\| [0-9]+ \| ", line)
+    }
+    assert set(rows) == set(XID_CATALOG)
+    # Each level as the alert and the audit apply it: NVIDIA's "none" and "restart the app"
+    # codes neither page nor drain.
+    for code, (alert, check) in rows.items():
+        if code in CRITICAL_XIDS:
+            assert (alert, check) == ("critical (page)", "CRITICAL (drains)"), code
+        elif code in TICKET_XIDS:
+            assert (alert, check) == ("warning (ticket)", "WARNING"), code
+        else:
+            assert alert == "none" and check in ("WARNING", "OK"), code
+    assert {63, 92, 94} <= TICKET_XIDS
 
 
 def test_every_runbook_says_how_to_confirm_and_what_to_do() -> None:

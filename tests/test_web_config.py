@@ -8,6 +8,7 @@ client certificate. The agent runs as a real process.
 from __future__ import annotations
 
 import datetime
+import http.client
 import ipaddress
 import json
 import shutil
@@ -236,9 +237,9 @@ def load_error(tmp_path: Path, data: Any) -> str:
             "unknown: RC4",
         ),
         (
-            {"tls_server_config": {"curve_preferences": ["X25519"]}},
+            {"tls_server_config": {"curve_preferences": ["X448"]}},
             "tls_server_config.curve_preferences",
-            "no curve",
+            "unknown: X448",
         ),
         (
             {"tls_server_config": {"client_auth_type": "RequireAnyClientCert"}},
@@ -323,6 +324,118 @@ def test_the_agent_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert result.returncode == 2 and "basic_auth_users.alice" in result.stderr
 
 
+# --- TLS parameters, in process --------------------------------------------------------------
+
+
+def handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> tuple[str, str, int]:
+    """A TLS handshake between two contexts over memory: the cipher the client got (SSLError when
+    they do not agree)."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ends = [
+        client.wrap_bio(to_client, to_server, server_hostname="localhost"),
+        server.wrap_bio(to_server, to_client, server_side=True),
+    ]
+    pending = list(ends)
+    for _ in range(10):
+        for end in list(pending):
+            try:
+                end.do_handshake()
+                pending.remove(end)
+            except ssl.SSLWantReadError:
+                pass
+        if not pending:
+            cipher = ends[0].cipher()
+            assert cipher is not None
+            return cipher
+    raise AssertionError("the handshake made no progress")
+
+
+def server_context(tmp_path: Path, pki: Pki, **extra: Any) -> ssl.SSLContext:
+    context = webconfig.load(web_file(tmp_path, {"tls_server_config": tls(pki, **extra)})).ssl_context
+    assert context is not None
+    return context
+
+
+def client_context(
+    pki: Pki, ciphers: str | None = None, curve: str | None = None, version: str = "TLSv1_2"
+) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.maximum_version = getattr(ssl.TLSVersion, version)
+    if ciphers:
+        context.set_ciphers(ciphers)
+    if curve:
+        context.set_ecdh_curve(curve)  # the client's one key-exchange group
+    return context
+
+
+CBC = "ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA:ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384"
+
+
+def test_tls12_offers_only_aead_suites_by_default(tmp_path: Path, pki: Pki) -> None:
+    server = server_context(tmp_path, pki)
+    with pytest.raises(ssl.SSLError, match=r"NO_SHARED_CIPHER"):
+        handshake(server, client_context(pki, CBC))
+    for suite in (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+    ):
+        assert handshake(server, client_context(pki, suite))[0] == suite
+    assert handshake(server, client_context(pki, version="TLSv1_3"))[1] == "TLSv1.3"
+
+
+def test_cipher_suites_and_the_servers_order_are_honoured(tmp_path: Path, pki: Pki) -> None:
+    suites = ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]
+    client = client_context(pki, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384")
+    ours = server_context(tmp_path, pki, cipher_suites=suites)
+    assert handshake(ours, client)[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    theirs = server_context(tmp_path, pki, cipher_suites=suites, prefer_server_cipher_suites=False)
+    assert handshake(theirs, client)[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+    # A file that names a CBC suite gets it: the defaults are defaults.
+    cbc = server_context(tmp_path, pki, cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA"])
+    assert handshake(cbc, client_context(pki, CBC))[0] == "ECDHE-ECDSA-AES128-SHA"
+
+
+def test_curve_preferences_limit_the_key_exchange(tmp_path: Path, pki: Pki) -> None:
+    p384 = server_context(tmp_path, pki, curve_preferences=["CurveP384"])
+    assert handshake(p384, client_context(pki, curve="secp384r1", version="TLSv1_3"))[1] == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        handshake(p384, client_context(pki, curve="prime256v1", version="TLSv1_3"))
+    # TLS 1.2: OpenSSL also takes the ECDSA certificate's curve (P-256 here) from the list.
+    with pytest.raises(ssl.SSLError):
+        handshake(p384, client_context(pki, curve="prime256v1"))
+    both = server_context(tmp_path, pki, curve_preferences=["CurveP384", "CurveP256"])
+    assert handshake(both, client_context(pki, curve="prime256v1"))[1] == "TLSv1.2"
+    x25519 = server_context(tmp_path, pki, curve_preferences=["X25519"])
+    with pytest.raises(ssl.SSLError):
+        handshake(x25519, client_context(pki, curve="prime256v1", version="TLSv1_3"))
+    assert handshake(x25519, client_context(pki, version="TLSv1_3"))[1] == "TLSv1.3"  # X25519 offered
+
+
+def test_security_headers_by_default_and_the_files_own_values_win(tmp_path: Path) -> None:
+    assert dict(webconfig.NO_WEB_CONFIG.headers) == {
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "deny",
+        "Content-Security-Policy": "default-src 'none'",
+    }
+    loaded = webconfig.load(
+        web_file(
+            tmp_path,
+            {
+                "http_server_config": {
+                    "headers": {"X-Frame-Options": "sameorigin", "Strict-Transport-Security": "max-age=60"}
+                }
+            },
+        )
+    )
+    assert dict(loaded.headers) == {
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "sameorigin",
+        "Content-Security-Policy": "default-src 'none'",
+        "Strict-Transport-Security": "max-age=60",
+    }
+
+
 # --- verified credentials are remembered -----------------------------------------------------
 
 
@@ -339,6 +452,21 @@ def test_credentials_pay_bcrypt_once_per_good_password() -> None:
     assert all(PASSWORD.encode() not in tag for tag in credentials._verified)
     # Another configuration (a reload) starts over.
     assert not webconfig.Credentials({"alice": HASH.encode()}).known(b"alice", PASSWORD.encode())
+
+
+def test_remembered_credentials_are_not_confused_by_where_user_and_password_split() -> None:
+    """ "ab" with password "c" and "a" with password "bc" concatenate alike: verifying the first
+    must not let the second in without bcrypt."""
+    users = {
+        "ab": bcrypt.hashpw(b"c", bcrypt.gensalt(rounds=4)),
+        "a": bcrypt.hashpw(b"other", bcrypt.gensalt(rounds=4)),
+    }
+    credentials = webconfig.Credentials(users)
+    assert credentials.verify(b"ab", b"c")
+    assert credentials.known(b"ab", b"c")
+    assert not credentials.known(b"a", b"bc")
+    assert not credentials.known(b"abc", b"")
+    assert not credentials.verify(b"a", b"bc")
 
 
 @pytest.mark.parametrize(
@@ -445,6 +573,33 @@ def test_client_certificates_required_and_checked(tmp_path: Path, pki: Pki, agen
     assert not any("without authentication" in line for line in process.lines)
 
 
+def test_a_required_client_certificate_is_required_without_allowed_sans(
+    tmp_path: Path, pki: Pki, agent: Any
+) -> None:
+    """RequireAndVerifyClientCert alone, no SAN list and no basic auth: the certificate is the only
+    credential, so a client without one must not get in."""
+    web = web_file(
+        tmp_path,
+        {
+            "tls_server_config": tls(
+                pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki.ca)
+            )
+        },
+    )
+    port = port_of(agent(web, "--listen", "0.0.0.0:0"))
+    url = f"https://127.0.0.1:{port}/metrics"
+    anonymous = curl("--cacert", str(pki.ca), url)
+    assert anonymous.returncode != 0 and anonymous.stdout != "200", anonymous
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        https_get(port, "/metrics", pki.ca)
+    # Any certificate of the trusted CA will do when no SAN is required.
+    other = curl(
+        "--cacert", str(pki.ca), "--cert", str(pki.other_san_cert), "--key", str(pki.other_san_key), url
+    )
+    assert other.stdout == "200", other.stderr
+    assert https_get(port, "/metrics", pki.ca, cert=(pki.client_cert, pki.client_key))[0] == 200
+
+
 def test_verify_client_cert_if_given(tmp_path: Path, pki: Pki, agent: Any) -> None:
     web = web_file(
         tmp_path,
@@ -492,6 +647,33 @@ def test_sighup_rereads_the_web_config_and_a_bad_one_is_refused(tmp_path: Path, 
     assert process.proc.poll() is None
 
 
+def test_a_user_removed_by_sighup_is_refused_on_a_connection_already_open(tmp_path: Path, agent: Any) -> None:
+    web = web_file(tmp_path, {"basic_auth_users": {"alice": HASH, "bob": HASH}})
+    process = agent(web)
+    alice = {"Authorization": "Basic " + b64encode(f"alice:{PASSWORD}".encode()).decode()}
+    bob = {"Authorization": "Basic " + b64encode(f"bob:{PASSWORD}".encode()).decode()}
+    connection = http.client.HTTPConnection("127.0.0.1", port_of(process), timeout=10)
+    try:
+        connection.request("GET", "/metrics", headers=alice)
+        response = connection.getresponse()
+        assert response.status == 200
+        response.read()
+        kept = connection.sock
+        web_file(tmp_path, {"basic_auth_users": {"bob": HASH}})
+        process.signal(signal.SIGHUP)
+        process.wait_for(
+            lambda: any("configuration reloaded" in line for line in process.lines), what="reload"
+        )
+        for headers, status in ((alice, 401), (bob, 200)):
+            connection.request("GET", "/metrics", headers=headers)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == status
+            assert connection.sock is kept, "the keep-alive connection was closed: the test proves nothing"
+    finally:
+        connection.close()
+
+
 def test_warning_when_listening_beyond_loopback_without_auth(tmp_path: Path, pki: Pki, agent: Any) -> None:
     everywhere = agent(None, "--listen", "0.0.0.0:0")
     warning = [line for line in everywhere.lines if "without authentication" in line]
@@ -504,6 +686,66 @@ def test_warning_when_listening_beyond_loopback_without_auth(tmp_path: Path, pki
         web_file(tmp_path, {"basic_auth_users": {"alice": HASH}}, "auth.yaml"), "--listen", "0.0.0.0:0"
     )
     assert not any("without authentication" in line for line in authenticated.lines)
+
+
+# --- a TLS scanner ---------------------------------------------------------------------------
+
+# What testssl.sh rightly says of a test CA's day-old leaf: it expires soon, and names no CRL or
+# OCSP responder. Nothing else may reach MEDIUM.
+TEST_CERTIFICATES_OWN = {"cert_expirationStatus", "cert_notAfter", "cert_revocation"}
+SERIOUS = ("MEDIUM", "HIGH", "CRITICAL")
+
+
+def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki, agent: Any) -> None:
+    """testssl.sh (the Debian package) against the agent with its default TLS settings and a
+    certificate of a test CA it is told to trust. Its protocol, cipher-category, server-order,
+    certificate, header and vulnerability checks run; its client simulation and per-cipher scans
+    (informational, a minute more) do not."""
+    testssl = require_tool("testssl")
+    port = port_of(agent(web_file(tmp_path, {"tls_server_config": tls(pki)})))
+    report = tmp_path / "testssl.json"
+    result = subprocess.run(
+        [
+            testssl,
+            *("--quiet", "--color", "0", "--warnings", "off", "--nodns", "none"),
+            *("--add-ca", str(pki.ca), "--jsonfile", str(report)),
+            *(
+                "--protocols",
+                "--std",
+                "--server-preference",
+                "--server-defaults",
+                "--headers",
+                "--vulnerable",
+            ),
+            f"127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    findings = json.loads(report.read_text())
+    found = {f["id"]: f for f in findings}
+    serious = [f for f in findings if f["severity"] in SERIOUS and f["id"] not in TEST_CERTIFICATES_OWN]
+    assert not serious, serious
+    assert found["cert_chain_of_trust"]["severity"] == "OK"  # the scan saw the test CA's chain
+    assert {f["id"] for f in findings if f["severity"] in SERIOUS} <= TEST_CERTIFICATES_OWN
+    # TLS 1.2 and 1.3 only, AEAD suites only, in the server's order.
+    assert [found[p]["finding"].startswith("offered") for p in ("TLS1", "TLS1_1", "TLS1_2", "TLS1_3")] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert found["cipherlist_AVERAGE"]["finding"] == "not offered"  # "Obsoleted CBC ciphers"
+    assert found["cipherlist_3DES_IDEA"]["finding"] == "not offered"
+    tls12 = found["cipherorder_TLSv1_2"]["finding"].split()
+    assert tls12 and all("-GCM-" in suite or "CHACHA20-POLY1305" in suite for suite in tls12), tls12
+    assert found["cipher_order"]["finding"] == "server"
+    assert found["LUCKY13"]["severity"] == "OK"
+    for header in ("X-Content-Type-Options", "X-Frame-Options", "Content-Security-Policy"):
+        assert found[header]["severity"] == "OK", header
 
 
 # --- a real Prometheus -----------------------------------------------------------------------

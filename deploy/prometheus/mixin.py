@@ -1,9 +1,11 @@
 """clusterhealth's Prometheus recording rules and alerts, generated from one table (a mixin).
 
 The selectors and thresholds are the fields of `Config`; `python deploy/prometheus/mixin.py`
-writes the committed files (`make generate`), and `--config FILE` regenerates them with a user's
-own values (a YAML mapping of field names, e.g. `{selector: 'job="gpu-health"', for_sustained:
-30m}`). tests/test_prometheus_rules.py regenerates with the defaults and compares byte for byte.
+writes the committed files (`make generate`: the rules, the chart's copy, docs/deploy.md's tables,
+the Xid runbook's table and the Alertmanager example's inhibitions), and `--config FILE`
+regenerates them with a user's own values (a YAML mapping of field names, e.g. `{selector:
+'job="gpu-health"', for_sustained: 30m}`). tests/test_prometheus_rules.py regenerates with the
+defaults and compares byte for byte.
 
 Conventions (kubernetes-mixin, node-mixin): recording rules are named `level:metric:operations`;
 every alert has `severity` (`critical` pages someone now, `warning` is a ticket), a summary
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +40,12 @@ XID_TABLE_BEGIN = "<!-- BEGIN GENERATED XID TABLE -->\n"
 XID_TABLE_END = "<!-- END GENERATED XID TABLE -->\n"
 
 # Xid codes NVIDIA's catalog gives an immediate action for (reset, reboot, NVLink or ECC
-# workflow), and the memory-health codes 63, 92, 94: checks/xid_catalog.py's CRITICAL_XIDS. A
-# copy, so that regenerating needs no installed package; a test keeps the two equal.
-CRITICAL_XIDS = (46, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145,
-                 146, 147, 148, 149, 150, 154, 155, 158)  # fmt: skip
+# workflow): checks/xid_catalog.py's CRITICAL_XIDS; and the memory-health codes it asks no
+# immediate action for (63, 92) or a restart of the application (94): its TICKET_XIDS. Copies, so
+# that regenerating needs no installed package; a test keeps them equal.
+CRITICAL_XIDS = (46, 48, 61, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145, 146, 147,
+                 148, 149, 150, 154, 155, 158)  # fmt: skip
+TICKET_XIDS = (63, 92, 94)
 
 
 @dataclass(frozen=True)
@@ -61,12 +66,15 @@ class Config:
     for_drift: str = field(default="1h", metadata={"doc": "firmware drift (a roll-out takes a while)"})
     for_absent: str = field(default="15m", metadata={"doc": "no agent scraped at all"})
     # Windows of the counter-based (event) alerts: how long an event keeps its alert firing.
-    xid_window: str = field(default="1h", metadata={"doc": "a critical Xid alerts this long"})
+    xid_window: str = field(default="1h", metadata={"doc": "an Xid event alerts this long"})
     flap_window: str = field(default="1h", metadata={"doc": "an RDMA link_downed increment alerts this long"})
     error_window: str = field(default="1h", metadata={"doc": "window of the per-hour RDMA error rates"})
     rate_window: str = field(default="5m", metadata={"doc": "window of the per-second and per-minute rates"})
     critical_xids: tuple[int, ...] = field(
         default=CRITICAL_XIDS, metadata={"doc": "Xid codes that page (checks/xid_catalog.py)"}
+    )
+    ticket_xids: tuple[int, ...] = field(
+        default=TICKET_XIDS, metadata={"doc": "Xid codes that open a ticket (checks/xid_catalog.py)"}
     )
     slowdown_reasons: tuple[str, ...] = field(
         default=("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"),
@@ -155,6 +163,24 @@ TEST_PROFILE = {
 }
 
 
+# What an alert is about: the labels that name the thing it concerns in every alert it raises (a
+# test checks them against the promtool cases). Alertmanager's inhibitions are generated from them
+# (`inhibit_rules`).
+SUBJECTS: dict[str, tuple[str, ...]] = {
+    "fleet": (),
+    "node": ("instance",),
+    "gpu": ("instance", "gpu"),
+    "rdma_port": ("instance", "device", "port"),
+    "hca": ("instance", "device"),
+    "pci_function": ("instance", "device"),
+    "interface": ("instance", "interface"),
+    "firmware": ("instance", "component", "subject"),
+    "check": ("instance", "check", "subject"),
+    "probe": ("instance", "probe"),
+    "collector": ("instance", "collector"),
+}
+
+
 @dataclass(frozen=True)
 class Alert:
     name: str
@@ -163,8 +189,8 @@ class Alert:
     summary: str
     description: str
     for_: str = "0m"
-    device: bool = True
-    """A device alert is inhibited while its node's agent is down (deploy/alertmanager)."""
+    about: str = "node"
+    """What the alert is about, a key of SUBJECTS: the labels that name it."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +241,20 @@ def _pairwise_host(c: Config) -> str:
 )"""
 
 
+def _xid_events(c: Config, matchers: str) -> str:
+    """Xid events of the codes `matchers` select within `xid_window`. A code's first event creates
+    its series at 1, which increase() cannot see: the second term catches series younger than the
+    window."""
+    series = f"clusterhealth_gpu_xid_errors_total{matchers}"
+    return f"""increase({series}[{c.xid_window}]) > 0
+or
+(
+  {series}
+  unless
+  {series} offset {c.xid_window}
+)"""
+
+
 def _joined(expr: str, extra: str) -> str:
     """`expr`, or `expr` or `extra` when a hook expression is set."""
     if not extra:
@@ -237,6 +277,7 @@ def groups(c: Config) -> list[Group]:
 
     port = c.rdma_port_selector
     xids = m(f'xid=~"{_alternation(c.critical_xids)}"')
+    ticket_xids = m(f'xid=~"{_alternation(c.ticket_xids)}"')
     slowdown = m(f'reason=~"{_alternation(c.slowdown_reasons)}"')
     receive = m(f'counter=~"{_alternation(c.receive_error_counters)}"')
     uncovered = m(f'check=~"{_alternation(c.uncovered_checks)}"')
@@ -342,6 +383,7 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
                 "link, power or thermal fault took it away and every job on it has failed. Drain the "
                 "node, then reset the GPU or reboot; reseat or replace it if it comes back.",
                 c.for_immediate,
+                about="gpu",
             ),
             Alert(
                 "GPUUncorrectableECC",
@@ -352,6 +394,7 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
                 "lost and the jobs using it got errors. Drain the GPU and reset it so the row remap "
                 "takes effect; replace it if the remap fails or the errors return.",
                 c.for_immediate,
+                about="gpu",
             ),
             Alert(
                 "GPURowRemapFailed",
@@ -361,6 +404,7 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
                 "The GPU ran out of spare memory rows (Xid 64): a failing row can no longer be "
                 "repaired. Drain the node and open an RMA for the GPU.",
                 c.for_immediate,
+                about="gpu",
             ),
             Alert(
                 "GPURowRemapPending",
@@ -370,24 +414,32 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
                 "After memory errors the GPU scheduled a row remap (Xid 63) that takes effect only at "
                 "the next GPU reset. Drain the GPU when its jobs end and reset it.",
                 c.for_immediate,
+                about="gpu",
             ),
             Alert(
                 "GPUXidCritical",
                 "critical",
-                # A code's first event creates its series at 1, which increase() cannot see:
-                # the second term catches series younger than the window.
-                f"""increase(clusterhealth_gpu_xid_errors_total{xids}[{c.xid_window}]) > 0
-or
-(
-  clusterhealth_gpu_xid_errors_total{xids}
-  unless
-  clusterhealth_gpu_xid_errors_total{xids} offset {c.xid_window}
-)""",
+                _xid_events(c, xids),
                 f"{GPU} reported critical Xid {{{{ $labels.xid }}}}.",
                 "Xid {{ $labels.xid }} is one NVIDIA's catalog answers with a GPU reset, a reboot, "
                 "or an ECC or NVLink workflow (the runbook lists each code). Run `clusterhealth check "
                 "--only gpu_xid` on the node for the code's meaning and action; usually drain, then "
                 "reset the GPU.",
+                # As long as the GPU's other hardware alerts wait: one incident, one notification.
+                c.for_immediate,
+                about="gpu",
+            ),
+            Alert(
+                "GPUXidCritical",
+                "warning",
+                _xid_events(c, ticket_xids),
+                f"{GPU} reported memory-health Xid {{{{ $labels.xid }}}}.",
+                "Xid {{ $labels.xid }}: NVIDIA's catalog asks for no immediate action (or only a "
+                "restart of the affected job), but the GPU's memory is wearing or a repair waits for a "
+                "GPU reset. Check nvidia-smi -q -d ECC,ROW_REMAPPER and reset the GPU at the next "
+                "maintenance; neither page nor drain.",
+                c.for_immediate,
+                about="gpu",
             ),
             Alert(
                 "GPUThermalOrPowerSlowdown",
@@ -398,6 +450,7 @@ or
                 "}}), so it slows every synchronous job step. Check its temperatures, fans or "
                 "airflow and the power supplies; drain it if it persists.",
                 c.for_sustained,
+                about="gpu",
             ),
             Alert(
                 "GPUPCIeLinkDegraded",
@@ -414,6 +467,7 @@ or
                 "host-device copies run at a fraction of their speed. Usually a badly seated "
                 "GPU or riser; reseat it at the next maintenance.",
                 c.for_sustained,
+                about="gpu",
             ),
             Alert(
                 "GPUPCIeReplays",
@@ -426,6 +480,7 @@ or
                 "down, and the link may train down or fail next. Reseat the GPU at the next "
                 "maintenance.",
                 c.for_sustained,
+                about="gpu",
             ),
             Alert(
                 "NVLinkDown",
@@ -436,6 +491,7 @@ or
                 "node fall back to slower paths or fail. Drain the node and reset the GPUs (or "
                 "reboot); replace the GPU or baseboard if the link stays down.",
                 c.for_immediate,
+                about="gpu",
             ),
         ],
     )
@@ -454,6 +510,7 @@ clusterhealth_rdma_port_physical_state_id{m(port)} != 5""",
                 "stops or moves to the others. Check the cable and the switch port (ibstat, "
                 "mlxlink); reseat or replace the cable or transceiver.",
                 c.for_immediate,
+                about="rdma_port",
             ),
             Alert(
                 "RDMALinkFlapping",
@@ -468,6 +525,7 @@ rate(clusterhealth_rdma_port_errors_total{m('counter="link_error_recovery"')}[{c
                 "The link went down or retrained recently: every flap stalls the collectives that "
                 "use it. Usually a marginal cable or transceiver; check it with mlxlink and replace "
                 "it if the counters keep rising.",
+                about="rdma_port",
             ),
             Alert(
                 "RDMAPortErrors",
@@ -479,6 +537,7 @@ rate(clusterhealth_rdma_port_errors_total{m('counter="link_error_recovery"')}[{c
                 "retransmitting. Drain the node (or disable the port) and replace the cable or "
                 "transceiver.",
                 c.for_immediate,
+                about="rdma_port",
             ),
             Alert(
                 "RDMAPortErrors",
@@ -492,6 +551,7 @@ increase(clusterhealth_rdma_port_errors_total{receive}[{c.error_window}])
                 "{{ $value | humanize }} {{ $labels.counter }} errors in " + c.error_window + ": a "
                 "marginal cable, transceiver or port. Check the link with mlxlink or ibdiagnet and "
                 "replace the cable at the next maintenance.",
+                about="rdma_port",
             ),
             Alert(
                 "RDMAPortErrorsUnknown",
@@ -502,6 +562,7 @@ increase(clusterhealth_rdma_port_errors_total{receive}[{c.error_window}])
                 "RDMAPortErrors and RDMALinkFlapping cannot see new errors on this port (and the "
                 "link has had many). Check the link, then clear the port's counters (perfquery -R) "
                 "so they count again.",
+                about="rdma_port",
             ),
             Alert(
                 "RDMAPCIeLinkDegraded",
@@ -516,6 +577,7 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 "port at line rate. Usually a badly seated card or riser; reseat it at the next "
                 "maintenance.",
                 c.for_sustained,
+                about="hca",
             ),
             # PCIe AER of the GPUs' and HCAs' PCI functions (the pcie_aer collector): counts since
             # boot, so only an increase alerts.
@@ -532,6 +594,7 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 + ": the link lost or poisoned a transaction, and a fatal error usually takes the "
                 "device off the bus (a GPU then reports Xid 79). Drain the node; reseat or replace "
                 "the device or its riser if it happens again.",
+                about="pci_function",
             ),
             Alert(
                 "PCIeAERErrors",
@@ -545,6 +608,7 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 "marginal and retransmits, which costs bandwidth, and it may train down or fail "
                 "next. Reseat the device or its riser at the next maintenance.",
                 c.for_sustained,
+                about="pci_function",
             ),
             # At the severity `check` gives the node's own policy (a rule's `severity`), so that the
             # Slurm health check and the alert judge one fault alike; a fleet outlier is a warning.
@@ -580,6 +644,7 @@ or on (instance, job, interface)
                 "on this interface: jumbo frames are dropped or fragmented and RoCE or IPoIB "
                 "throughput falls. Fix the interface's network configuration.",
                 c.for_sustained,
+                about="interface",
             ),
         ],
     )
@@ -604,6 +669,7 @@ or on (instance, job, interface)
                 "part with other firmware. Mixed firmware causes hard-to-trace collective slowdowns; "
                 "update it to the fleet's version.",
                 c.for_drift,
+                about="firmware",
             ),
             Alert(
                 "FabricBandwidthDegraded",
@@ -624,6 +690,7 @@ or on (instance, job, interface)
                 "(or its peer). Run `clusterhealth probe run {{ $labels.probe }}` on the node and "
                 "compare its HCAs' counters.{{ end }}",
                 c.for_immediate,
+                about="probe",
             ),
             Alert(
                 "NodeStraggler",
@@ -665,6 +732,7 @@ clusterhealth_probe_bandwidth_bytes_per_second{local}
                 "slows every job it joins. Compare its GPUs' clocks and HCAs' counters with a healthy "
                 "node.{{ end }}{{ end }}",
                 c.for_sustained,
+                about="node",
             ),
             Alert(
                 "ProbeFailing",
@@ -680,6 +748,7 @@ unless on (instance, job, probe)
                 "timeout). Run `clusterhealth probe run {{ $labels.probe }}` on the node to see "
                 "why; a failed collective often points at a GPU or HCA fault.",
                 c.for_immediate,
+                about="probe",
             ),
             Alert(
                 "NodeCheckFailing",
@@ -691,6 +760,7 @@ unless on (instance, job, probe)
                 "{{ $labels.check }}` on the node for the detail and drain it if devices are "
                 "missing.",
                 c.for_immediate,
+                about="check",
             ),
             Alert(
                 "NodeCheckFailing",
@@ -701,6 +771,7 @@ unless on (instance, job, probe)
                 "siblings'). Run `clusterhealth check --only {{ $labels.check }}` on the node for "
                 "the detail.",
                 c.for_sustained,
+                about="check",
             ),
             Alert(
                 "NodeCheckUnknown",
@@ -714,6 +785,7 @@ clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
                 "unreadable), so this part of the node is not watched. Run `clusterhealth check` "
                 "on the node and fix the access.",
                 c.for_sustained,
+                about="check",
             ),
         ],
     )
@@ -730,7 +802,7 @@ clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
                 "hangs. Its GPUs and HCAs are not watched (their alerts are inhibited meanwhile). "
                 "Check `systemctl status clusterhealth` or the DaemonSet pod on the node.",
                 c.for_agent,
-                device=False,
+                about="node",
             ),
             Alert(
                 "ClusterHealthAgentDown",
@@ -741,7 +813,7 @@ clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
                 "discovery lost the agents, and no GPU node is watched. Check the scrape job, the "
                 "ServiceMonitor or the DaemonSet.",
                 c.for_absent,
-                device=False,
+                about="fleet",
             ),
             Alert(
                 "CollectorFailing",
@@ -752,6 +824,7 @@ clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
                 "unreadable): its series are missing, so alerts on them cannot fire. Read the "
                 "agent's log and /healthz on the node.",
                 c.for_agent,
+                about="collector",
             ),
         ],
     )
@@ -809,14 +882,124 @@ def render(config: Config) -> str:
     return dump(rule_file(config), HEADER)
 
 
-def xid_runbook(text: str, critical_xids: Sequence[int]) -> str:
-    """The GPUXidCritical runbook with its table of codes refreshed from the Xid catalog."""
-    from clusterhealth.checks.xid_catalog import describe
+# -- the Alertmanager example's inhibitions, from the alerts' own labels ----------------------
 
-    rows = ["| Xid | name | meaning | action |", "| --- | --- | --- | --- |"]
-    for code in sorted(critical_xids):
-        info = describe(code)
-        cells = (str(code), f"`{info.name}`", info.meaning, info.action)
+ALERTMANAGER_FILE = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+INHIBIT_BEGIN = "# BEGIN GENERATED INHIBIT RULES: deploy/prometheus/mixin.py (`make generate`)\n"
+INHIBIT_END = "# END GENERATED INHIBIT RULES\n"
+AGENT_DOWN = "ClusterHealthAgentDown"
+CHECK_FAILING = "NodeCheckFailing"
+NOUNS = {
+    "gpu": "a GPU",
+    "rdma_port": "an RDMA port",
+    "pci_function": "a PCI function",
+    "check": "a node's check",
+}
+# An audit check and the firmware component whose version it checks (checks/audits/firmware.py):
+# NodeCheckFailing of the check and FirmwareDrift of the component are the same finding.
+FIRMWARE_CHECKS = (("hca_firmware", "hca"), ("gpu_vbios", "gpu_vbios"), ("gpu_driver", "gpu_driver"))
+
+
+def _names(alerts: Iterable[Alert]) -> str:
+    return _alternation(sorted({a.name for a in alerts}))
+
+
+def inhibit_rules(config: Config) -> list[tuple[str, dict[str, Any]]]:
+    """(why, inhibit rule) for the Alertmanager example, from each alert's `about` labels:
+
+    - while a node's agent is down, its alerts (every alert with an `instance`) wait for it;
+    - a page about a thing (a GPU, an RDMA port, ...) makes the tickets about the same thing
+      redundant: one incident pages once;
+    - a node's firmware check, failing, makes the fleet's FirmwareDrift for the same device
+      redundant (the check fires first: `for_sustained` is shorter than `for_drift`)."""
+    every = alerts(config)
+    on_nodes = [a for a in every if "instance" in SUBJECTS[a.about] and a.name != AGENT_DOWN]
+    rules: list[tuple[str, dict[str, Any]]] = [
+        (
+            "While a node's agent cannot be scraped, its alerts describe a state nobody can see: the "
+            "agent-down alert stands for them until the agent is back.",
+            {
+                "source_matchers": [f'alertname="{AGENT_DOWN}"'],
+                "target_matchers": [f'alertname=~"{_names(on_nodes)}"'],
+                "equal": ["instance"],
+            },
+        )
+    ]
+    for about, labels in SUBJECTS.items():
+        noun = NOUNS.get(about, about)
+        pages = [a for a in every if a.about == about and a.severity == "critical"]
+        tickets = [a for a in every if a.about == about and a.severity == "warning"]
+        if not (pages and tickets and labels):
+            continue
+        rules.append(
+            (
+                f"A page about {noun} stands for the tickets about the same one: one incident, one page.",
+                {
+                    "source_matchers": ['severity="critical"', f'alertname=~"{_names(pages)}"'],
+                    "target_matchers": ['severity="warning"', f'alertname=~"{_names(tickets)}"'],
+                    "equal": list(labels),
+                },
+            )
+        )
+    drift = _names(a for a in every if a.about == "firmware")
+    shared = [label for label in SUBJECTS["check"] if label in SUBJECTS["firmware"]]
+    for check, component in FIRMWARE_CHECKS:
+        if check not in config.uncovered_checks or not drift:
+            continue
+        rules.append(
+            (
+                f"Check {check} failing and the fleet's drift of {component} firmware on the same "
+                "device are one finding.",
+                {
+                    "source_matchers": [f'alertname="{CHECK_FAILING}"', f'check="{check}"'],
+                    "target_matchers": [f'alertname=~"{drift}"', f'component="{component}"'],
+                    "equal": shared,
+                },
+            )
+        )
+    return rules
+
+
+def inhibitions_yaml(config: Config) -> str:
+    """The `inhibit_rules` block of the Alertmanager example, each rule after a comment saying why."""
+
+    def quoted(items: list[str]) -> str:
+        return "[" + ", ".join("'" + item.replace("'", "''") + "'" for item in items) + "]"
+
+    lines = ["inhibit_rules:"]
+    for why, rule in inhibit_rules(config):
+        lines += ["  # " + line for line in textwrap.wrap(why, 96, break_on_hyphens=False)]
+        lines += [
+            f"  - source_matchers: {quoted(rule['source_matchers'])}",
+            f"    target_matchers: {quoted(rule['target_matchers'])}",
+            f"    equal: [{', '.join(rule['equal'])}]",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def with_inhibitions(text: str, config: Config) -> str:
+    """The Alertmanager example with its generated block refreshed."""
+    head, _, rest = text.partition(INHIBIT_BEGIN)
+    _, _, tail = rest.partition(INHIBIT_END)
+    return head + INHIBIT_BEGIN + inhibitions_yaml(config) + INHIBIT_END + tail
+
+
+def xid_runbook(text: str, config: Config) -> str:
+    """The GPUXidCritical runbook with its table of codes refreshed from the Xid catalog: each
+    code's alert (page, ticket or none) and what `clusterhealth check` makes of it (CRITICAL drains
+    a Slurm node)."""
+    from clusterhealth.checks.xid_catalog import XID_CATALOG
+
+    audit = {"critical": "CRITICAL (drains)", "warning": "WARNING", "info": "OK"}
+    rows = ["| Xid | name | alert | check | meaning | action |", "| --- | --- | --- | --- | --- | --- |"]
+    for code, info in sorted(XID_CATALOG.items()):
+        if code in config.critical_xids:
+            alert = "critical (page)"
+        elif code in config.ticket_xids:
+            alert = "warning (ticket)"
+        else:
+            alert = "none"
+        cells = (str(code), f"`{info.name}`", alert, audit[info.severity], info.meaning, info.action)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     head, _, rest = text.partition(XID_TABLE_BEGIN)
     _, _, tail = rest.partition(XID_TABLE_END)
@@ -882,7 +1065,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output == RULES_FILE:
         CHART_RULES_FILE.write_text(render(config))
         DOC_FILE.write_text(with_reference(DOC_FILE.read_text(), config))
-        XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config.critical_xids))
+        XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config))
+        ALERTMANAGER_FILE.write_text(with_inhibitions(ALERTMANAGER_FILE.read_text(), config))
     return 0
 
 
