@@ -623,6 +623,7 @@ clusterhealth_rdma_device_pcie_link_generation{m()}
                 "jumbo frames are dropped or fragmented and RoCE or IPoIB throughput falls. Fix the "
                 "interface's network configuration.",
                 c.for_sustained,
+                about="interface",
             ),
             Alert(
                 "MTUMismatch",
