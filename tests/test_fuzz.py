@@ -38,6 +38,7 @@ def _captures(folder: str, suffix: str) -> list[str]:
 
 NCCL_TESTS = _captures("nccl-tests", ".txt")
 IPERF3 = _captures("iperf3", ".json")
+IPERF3_TERMINAL = _captures("iperf3", ".txt")  # copied from a terminal: debris around the JSON
 IB_WRITE_BW = _captures("ib_write_bw", ".txt")
 NVBANDWIDTH = _captures("nvbandwidth", ".txt")
 KMSG_LINES = [
@@ -60,7 +61,7 @@ policy:
     hca: {MT_0000000838: "28.39.1002"}
     gpu_driver: "550.90.07"
 """
-assert NCCL_TESTS and IPERF3 and IB_WRITE_BW and KMSG_RECORDS
+assert NCCL_TESTS and IPERF3 and IPERF3_TERMINAL and IB_WRITE_BW and KMSG_RECORDS
 
 
 # --- mutations of real captures -------------------------------------------------------------------
@@ -162,16 +163,53 @@ def _check_probe_result(kind: str, text: str) -> None:
         assert figure is None or (math.isfinite(figure) and figure >= 0), figure
 
 
-@given(st.text() | mutated(NCCL_TESTS))
+@st.composite
+def tails(draw: st.DrawFn, texts: list[str]) -> str:
+    """The end of a real capture from one of its lines on, as `kubectl logs --tail` gives it."""
+    lines = draw(st.sampled_from(texts)).splitlines(keepends=True)
+    return "".join(lines[draw(st.integers(0, len(lines))) :])
+
+
+@given(st.text() | mutated(NCCL_TESTS) | tails(NCCL_TESTS))
 @example(NCCL_TESTS[0])
 def test_nccl_tests_parser(text: str) -> None:
     _check_probe_result("nccl-tests", text)
 
 
-@given(st.text() | mutated(IPERF3) | json_mutated(IPERF3))
+def _after_the_header(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    header = max(i for i, line in enumerate(lines) if "size" in line and "count" in line and "type" in line)
+    return lines[header + 1 :]
+
+
+WITH_HEADER = [text for text in NCCL_TESTS if parse("nccl-tests", text).rows and "(elements)" in text]
+
+
+@given(st.sampled_from(WITH_HEADER), st.integers(min_value=0))
+def test_a_tail_without_the_header_reads_the_same_rows(text: str, at: int) -> None:
+    table = _after_the_header(text)
+    tail = "".join(table[at % len(table) :])
+    rows = parse("nccl-tests", tail).to_dict()["rows"]
+    whole = parse("nccl-tests", text).to_dict()["rows"]
+    assert rows == whole[len(whole) - len(rows) :]
+
+
+# What a terminal leaves around a command's output: no "{" (so no JSON) and no iperf3 error line.
+DEBRIS = st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=60).filter(
+    lambda t: "iperf3: error - " not in t
+)
+
+
+@given(st.text() | mutated(IPERF3 + IPERF3_TERMINAL) | json_mutated(IPERF3) | tails(IPERF3_TERMINAL))
 @example(IPERF3[0])
+@example(IPERF3_TERMINAL[0])
 def test_iperf3_parser(text: str) -> None:
     _check_probe_result("iperf3", text)
+
+
+@given(DEBRIS, st.sampled_from(IPERF3), DEBRIS)
+def test_iperf3_json_reads_the_same_amid_terminal_debris(before: str, text: str, after: str) -> None:
+    assert parse("iperf3", before + text + "\n" + after).to_dict() == parse("iperf3", text).to_dict()
 
 
 @given(st.text() | mutated(IB_WRITE_BW))

@@ -523,6 +523,16 @@ def test_json_matches_the_text_of_the_same_run() -> None:
     assert from_json.validation is True
 
 
+def test_json_numbers_too_large_for_a_float_are_no_measurement() -> None:
+    # Found by tests/test_fuzz.py: float() of a 400-digit integer raised OverflowError.
+    document = json.loads(ALL_GATHER_JSON)
+    document["average_bus_bandwidth"]["bandwidth"] = 10**400
+    document["results"][0]["in_place"]["bus_bw"] = 10**400
+    result = parse_nccl_tests(json.dumps(document))
+    assert result.avg_bus_bandwidth_gbps is None
+    assert result.rows[0].in_place is not None and result.rows[0].in_place.busbw_gbps is None
+
+
 def test_json_before_2_17_9_spelled_bandwidth_bandwidith() -> None:
     # Capture 06 came from nccl-tests 2.17.8, whose writer still had the misspelt footer keys;
     # two of its rows, the second with wrong elements.

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from clusterhealth.checks.probe_parsers._common import (
     ProbeKind,
     Verdict,
-    finite_or_none,
+    number_or_none,
     parse_float,
     parse_int,
     undocumented_exit_code,
@@ -656,7 +656,7 @@ def _json_number(value: object) -> float | None:
     # jsonDouble writes NaN as the string "nan".
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return finite_or_none(float(value))
+    return number_or_none(value)
 
 
 def _json_row(item: object) -> Row | None:
