@@ -210,13 +210,24 @@ def test_headerless_rows_of_the_pre_2_13_layout_are_read_with_their_error_column
 
 
 @pytest.mark.parametrize(
-    "name", ["13_rccl_tests_tail_without_header.txt", "05_all_gather_2node_gb10_roce.txt"]
+    ("name", "trimmed_lines"),
+    [
+        # `# Out of bounds values` and `# Collective test concluded` remain.
+        ("13_rccl_tests_tail_without_header.txt", ("Avg bus bandwidth",)),
+        ("05_all_gather_2node_gb10_roce.txt", ("Avg bus bandwidth",)),
+        # `# Out of bounds values` alone remains (nccl-tests before 2.17 print no concluded line).
+        ("14_tail_without_header_linear_sweep.txt", ("Avg bus bandwidth",)),
+        # `# Collective test concluded` alone remains.
+        ("13_rccl_tests_tail_without_header.txt", ("Avg bus bandwidth", "Out of bounds values")),
+    ],
 )
-def test_a_capture_whose_avg_footer_was_trimmed_keeps_its_bandwidth(name: str) -> None:
-    # The closing lines are there (`# Out of bounds values`, `# Collective test concluded`), the
-    # `# Avg bus bandwidth` line is not: the run finished, its average is unknown.
+def test_a_capture_whose_avg_footer_was_trimmed_keeps_its_bandwidth(
+    name: str, trimmed_lines: tuple[str, ...]
+) -> None:
+    # The `# Avg bus bandwidth` line is gone, another of the table's closing lines is there: the run
+    # finished, its average is unknown.
     whole = capture(name)
-    trimmed = "\n".join(line for line in whole.splitlines() if "Avg bus bandwidth" not in line)
+    trimmed = "\n".join(line for line in whole.splitlines() if not any(cut in line for cut in trimmed_lines))
     result = parse_nccl_tests(trimmed)
     assert result.finished and result.verdict == "ok"
     assert result.avg_bus_bandwidth_gbps is None
@@ -247,7 +258,11 @@ def test_rccl_tests_failure_and_its_older_parameter_line() -> None:
 def test_rccl_tests_hip_failure_fails_the_run() -> None:
     # rccl-tests' HIPCHECK (src/common.h) words the CUDA failure as a HIP one.
     text = capture("17_rccl_tests_nccl_failure_4x_mi210.txt").replace("Test NCCL failure", "Test HIP failure")
-    assert parse_nccl_tests(text).verdict == "failed"
+    result = parse_nccl_tests(text)
+    assert result.verdict == "failed"
+    assert result.problem is not None and result.problem.startswith(
+        "sharbox-ultra: Test HIP failure common.cu:1285"
+    )
 
 
 def test_multinode_h100_first_and_last_rows() -> None:
