@@ -1,8 +1,13 @@
 """Kernel-log lines to typed hardware events: NVIDIA Xid/SXid, PCIe AER, mlx5, machine checks, thermal.
 
-`parse_line` takes one line as dmesg, journald or syslog printed it (or one /dev/kmsg message) and
-returns a `KernelEvent`, or None when the line is not an event. It is a pure function; reading the
-log is `clusterhealth.checks.kmsg`'s job, and what a code means is `clusterhealth.checks.xid_catalog`'s.
+`parse_line` takes one line as a log tool printed it (or one /dev/kmsg message) and returns a
+`KernelEvent`, or None when the line is not an event. It is a pure function; reading the log is
+`clusterhealth.checks.kmsg`'s job, and what a code means is `clusterhealth.checks.xid_catalog`'s.
+
+An event is recognised by the kernel's own text wherever it stands in the line, never by what a log
+tool put before it: dmesg's `[seconds]`, `dmesg -T`'s date, journald and syslog dates in any
+locale (`фев 12 00:48:02`, `6月 28 02:52:53`, RFC 3339), a host name, a `kernel:` tag, a caller id
+(`[T45426]`), or nothing. The event's ``message`` starts where the kernel's text starts.
 
 Every pattern below was written against real lines; `tests/fixtures/kmsg/` holds them with their
 public sources. Things a caller must know:
@@ -16,13 +21,20 @@ public sources. Things a caller must know:
   AMD's decoded "CPU:0 (17:1:1) MC15_STATUS[...]") and the notice "Machine check events logged",
   which the kernel prints (at most twice a minute) whether or not it prints the records;
   `is_machine_check_notice` tells them apart. The other "[Hardware Error]:" lines continue a record.
-- ``mlx5_link_down`` and ``mlx5_link_up`` are a ConnectX netdev's carrier changes; ``pci`` is the
-  function's bus id.
+- ``mlx5`` is a ConnectX function's error line, with or without the ``function:line:(pid N):``
+  caller that mlx5_core_err puts before its text, and the informational lines printed in the same
+  shapes (a slot's power advertisement, a module plugged in), which `is_informational` tells apart.
+  Of a health-buffer dump only its ``synd 0x..: <what>`` line is an event.
+- ``mlx5_link_down`` and ``mlx5_link_up`` are a ConnectX netdev's carrier changes, and
+  ``mlx5_link_down`` also the InfiniBand port's own "Port: N Link DOWN" (`is_ib_port_line`), which
+  a RoCE port prints next to its netdev's line for the same loss of link; ``pci`` is the function's
+  bus id.
 - ``pci`` is the bus id exactly as printed. Xid lines print ``domain:bus:device`` without the
   function, NVML prints an 8-digit upper-case domain; `normalize_pci_bus_id` makes them comparable.
 - The kernel reports one AER error on two lines, "AER: ... error received" from the root port and
-  "PCIe Bus Error: severity=..." from the device; both are events here (the shared fixture asks
-  for it), so a counter of errors rather than lines must pair them or count one form only.
+  "PCIe Bus Error: severity=..." (behind "AER: " on kernels 4.20 to 6.x) from each device that
+  logged it; both are events here (the shared fixture asks for it), with the bus id of the device
+  that printed the line. `is_aer_device_report` picks the device's line, to count each error once.
 - "NVRM: Xid ... caused by previous Xid 145" is an Xid 45: the code is the first number after the
   bus id, never a number later in the text.
 """
@@ -54,30 +66,21 @@ class KernelEvent:
     code: int | None
     """The Xid or SXid number; None for other kinds."""
     message: str
-    """The line without its timestamp/host prefix."""
+    """The kernel's text: the line from where the kernel's own words start (nothing a log tool put
+    before them)."""
 
 
 # A full bus/device/function address as the kernel's dev_printk prints it: 0000:3b:00.0.
 _BDF = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
 # What NVRM puts between "Xid (" and ")": PCI:0000:3b:00, 0000:3b:00, and in very old drivers 0003:00.
 _NV_BUS = r"[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)+(?:\.[0-7])?"
+# dev_printk's "<driver> <bus id>: ": the driver name (or "pci" when none is bound) starts the message.
+_DEVICE = r"(?:[\w.-]+ )?(?P<pci>" + _BDF + r")"
 
-_PREFIXES = (
-    # syslog / journalctl short: "Nov 29 11:28:11 zeus kernel: ", host optional, month in any
-    # locale ("фев 12 00:48:02 kernel: "), or a bare "kernel: " when the poster trimmed the rest.
-    re.compile(r"^(?:\S+ +\d{1,2} +\d{2}:\d{2}:\d{2} +(?:\S+ +)?)?kernel: *"),
-    # dmesg --decode: "kern  :warn  : "; the names are listed so that "mce: CPU6: ..." is not eaten.
-    re.compile(
-        r"^(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:"
-        r"(?:emerg|alert|crit|err|warn|notice|info|debug) *: *"
-    ),
-    # dmesg --time-format iso: "2025-01-21T04:41:44,283575+00:00 "
-    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:[+-]\d{2}:?\d{2}|Z)? +"),
-    # dmesg: "[12345.678901] ", "[ 1843.308145] ", and dmesg -H's relative "[  +0.000001] "
-    re.compile(r"^\[ *[+-]?\d+\.\d+\] *"),
-    # dmesg -T: "[Sun Feb 23 16:24:18 2025] ", "[Fri Aug  9 13:32:56 2024] "
-    re.compile(r"^\[\S+ \S+ +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}\] *"),
-)
+# Every pattern below is searched for anywhere in the line and starts where the kernel's own text
+# starts (the driver name, "NVRM:", "mce:", ...): whatever a log tool wrote before it (a dmesg
+# timestamp, a journald or syslog date in any locale, a host name, a "kernel:" tag, a caller id
+# such as "[T45426]") is never read, so no prefix shape has to be known.
 
 # Xid and SXid codes have a few digits (SXid 22013 has five); a longer number is not a code, and a line
 # holding one is no event (rather than an int() of thousands of digits failing the whole batch).
@@ -94,23 +97,56 @@ _FALLEN_OFF_BUS = re.compile(
     r"|GPU (?:at )?(?P<pci2>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):? "
     r"(?:GPU )?has fallen off the bus)"
 )
-_SXID = re.compile(r"SXid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")\): " + _CODE)
-# Kernels have worded these "Corrected error received" and, since 6.x, "Correctable error message
-# received from"; "Multiple" prefixes both when the root port collected more than one.
-_AER_UNCORRECTED = re.compile(
-    r"(?P<pci>" + _BDF + r"): (?:AER: (?:Multiple )?Uncorrect(?:ed|able) \((?:Non-)?Fatal\) "
-    r"error(?: message)? received|PCIe Bus Error: severity=Uncorrect(?:ed|able))"
+_SXID = re.compile(r"(?:nvidia-nvswitch\d+: )?SXid \((?:PCI:)?(?P<pci>" + _NV_BUS + r")\): " + _CODE)
+# The device that logged an AER error reports it on its own "PCIe Bus Error: severity=..." line,
+# which kernels 4.20 to 6.x print behind the "AER: " of aer.c's dev_fmt and others print without it.
+_AER_REPORT = re.compile(
+    _DEVICE + r": (?:AER: )?PCIe Bus Error: severity=(?P<severity>Correct|Uncorrect)(?:ed|able)\b"
 )
-_AER_CORRECTED = re.compile(
-    r"(?P<pci>" + _BDF + r"): (?:AER: (?:Multiple )?Correct(?:ed|able) error(?: message)? received"
-    r"|PCIe Bus Error: severity=Correct(?:ed|able))"
+# The root port's notice that an error message reached it ("AER: Corrected error received: <source>",
+# since 6.x "AER: Correctable error message received from <source>"; "Multiple" when it collected
+# more than one). It names the root port, and the device's own line follows it.
+_AER_RECEIVED = re.compile(
+    _DEVICE + r": AER: (?:Multiple )?(?P<severity>Correct|Uncorrect)(?:ed|able)"
+    r"(?: \((?:Non-)?Fatal\))? error(?: message)? received"
 )
-# mlx5_core_err/mlx5_core_warn prefix "func:line:(pid N): " (older kernels put the device name
-# first); mlx5_core_info does not, so plain informational lines stay out, except the port module
-# (cable/transceiver) events, which matter for link flaps.
+# A ConnectX function's line: "mlx5_core <bus id>: <text>", where mlx5_core_err/_warn/_info_rl and
+# mlx5_log put the caller before the text ("poll_health:709:(pid 0): ", older kernels the bus id too:
+# "0000:03:00.0:handle_hca_cap:438:(pid 6016): ") and plain dev_err/dev_info do not.
 _MLX5 = re.compile(
-    r"mlx5_core (?P<pci>" + _BDF + r"): (?:(?:[\w.-]+:)?\w+:\d+:\(pid \d+\): |Port module event)"
+    r"mlx5_core (?P<pci>" + _BDF + r"): "
+    r"(?P<caller>(?:[0-9A-Fa-f:.]+:)?[A-Za-z_]\w*:\d+:(?:\(pid \d+\):)? )?(?P<text>.*)",
+    re.DOTALL,
 )
+# Informational lines, whichever of the two shapes they come in: the PCIe slot's power advertisement,
+# a cable or module plugged or unplugged (an error is "Port module event[error]:"), and the note that
+# a profile value was lowered to what the card supports.
+_MLX5_INFORMATIONAL = re.compile(
+    r"PCIe slot advertised sufficient power"
+    r"|PCIe slot power capability was not advertised"
+    r"|Port module event: "
+    r"|log_max_qp value in current profile is \d+, changing it to HCA capability limit"
+)
+# print_health_info's dump of the firmware's health buffer: one fault, told by its "synd 0x..: <what>"
+# line, which every kernel prints; the registers around it (and 6.x's "Health issue observed" header,
+# which repeats the syndrome) are its continuation lines.
+_MLX5_HEALTH_DUMP = re.compile(
+    r"(?:assert_var\[\d+\]|assert_exit_ptr|assert_callra|fw_ver|raw fw_ver|hw_id|irisc_index|ext_synd"
+    r"|time|rfr|severity) \S|Health issue observed, "
+)
+# Faults that kernels print with dev_err/dev_warn, without the caller: the health poller's
+# (older kernels print all of these that way) and a failed probe ("mlx5_load_one failed with error
+# code -22", "handle_hca_cap failed").
+_MLX5_FAULT_WITHOUT_CALLER = re.compile(
+    r"device's health compromised|Fatal error \d+ detected|synd 0x[0-9a-fA-F]+: "
+    r"|health recovery flow aborted|PCI slot is unavailable|\b[Ff]ailed\b"
+)
+# mlx5e_update_carrier(): netdev_info(netdev, "Link up") / "Link down", after "mlx5_core <bus id> ".
+_MLX5_LINK = re.compile(r"mlx5_core (?P<pci>" + _BDF + r") [^\s:]+: Link (?P<state>up|down)\b")
+# The InfiniBand port's own state change (IB core, kernels since early 2025):
+# "mlx5_core <bus id> mlx5_3: Port: 1 Link DOWN". Only DOWN is an event; a RoCE port prints it beside
+# its netdev's "Link down".
+_IB_PORT_DOWN = re.compile(r"mlx5_core (?P<pci>" + _BDF + r") [^\s:]+: Port: \d+ Link DOWN\b")
 MACHINE_CHECK_NOTICE = "Machine check events logged"
 # The first line of each machine-check record: the kernel's own ("mce: [Hardware Error]: CPU 2:
 # Machine Check: 0 Bank 3: cc5eb2c000100135", "... Machine Check Exception: 5 Bank 7: ..." when the
@@ -119,66 +155,92 @@ MACHINE_CHECK_NOTICE = "Machine check events logged"
 _MCE = re.compile(
     r"mce: \[Hardware Error\]: "
     + MACHINE_CHECK_NOTICE
-    + r"|CPU \d+: Machine Check(?: Exception| Event)?: +[0-9a-f]+ Bank \d+: +[0-9a-f]+"
+    + r"|(?:mce: \[Hardware Error\]: |EDAC [\w-]+ MC\d+: )?"
+    r"CPU \d+: Machine Check(?: Exception| Event)?: +[0-9a-f]+ Bank \d+: +[0-9a-f]+"
     r"|\[Hardware Error\]: CPU:\d+ \([0-9a-f]+:[0-9a-f]+:[0-9a-f]+\) MC\d+_STATUS\["
 )
-# mlx5e_update_carrier(): netdev_info(netdev, "Link up") / "Link down", after "mlx5_core <bus id> ".
-_MLX5_LINK = re.compile(r"mlx5_core (?P<pci>" + _BDF + r") [^\s:]+: Link (?P<state>up|down)\b")
 # Also printed with an "mce: " prefix, but it is CPU thermal throttling, not a machine check; the
 # recovery line "Package temperature/speed normal" is deliberately not an event.
-_THERMAL = re.compile(r"CPU\d+: (?:Core|Package) temperature above threshold, cpu clock throttled")
-
-
-def strip_prefix(text: str) -> str:
-    """The line without its timestamp/host prefix (any of those `parse_line` accepts)."""
-    text = text.strip()
-    # A syslog line can carry the kernel's own timestamp after its own: "... kernel: [68183.6] ..."
-    for _ in range(len(_PREFIXES)):
-        for prefix in _PREFIXES:
-            match = prefix.match(text)
-            if match and match.end() > 0:
-                text = text[match.end() :]
-                break
-        else:
-            break
-    return text
+_THERMAL = re.compile(r"(?:mce: )?CPU\d+: (?:Core|Package) temperature above threshold, cpu clock throttled")
 
 
 def parse_line(text: str) -> KernelEvent | None:
     """The hardware event a kernel-log line reports, or None.
 
-    `text` is one line from dmesg (plain, -T, -H or --decode --time-format iso), journalctl -k or
-    syslog, or one /dev/kmsg message (which may span lines).
+    `text` is one line as dmesg (plain, -T, -H, --decode, --time-format iso), journalctl -k, syslog or
+    a collector with a host name printed it, or one /dev/kmsg message (which may span lines).
     """
-    message = strip_prefix(text)
-    if not message:
-        return None
     # Cheap substring tests first: the watcher runs this on every kernel message.
-    if "NVRM: " in message:
-        if match := _XID.search(message):
-            return KernelEvent("xid", match["pci"], int(match["code"]), message)
-        if match := _FALLEN_OFF_BUS.search(message):
-            return KernelEvent("xid", match["pci"] or match["pci2"], None, message)
+    if "NVRM: " in text:
+        if match := _XID.search(text):
+            return _event("xid", match, text, int(match["code"]))
+        if match := _FALLEN_OFF_BUS.search(text):
+            return KernelEvent("xid", match["pci"] or match["pci2"], None, _from(text, match.start()))
         return None
-    if "SXid (" in message and (match := _SXID.search(message)):
-        return KernelEvent("sxid", match["pci"], int(match["code"]), message)
-    if "AER: " in message or "PCIe Bus Error: " in message:
-        if match := _AER_UNCORRECTED.search(message):
-            return KernelEvent("pcie_aer_uncorrected", match["pci"], None, message)
-        if match := _AER_CORRECTED.search(message):
-            return KernelEvent("pcie_aer_corrected", match["pci"], None, message)
-    if "mlx5_core " in message:
-        if match := _MLX5.search(message):
-            return KernelEvent("mlx5", match["pci"], None, message)
-        if match := _MLX5_LINK.search(message):
-            return KernelEvent(
-                "mlx5_link_down" if match["state"] == "down" else "mlx5_link_up", match["pci"], None, message
-            )
-    if _THERMAL.search(message):
-        return KernelEvent("thermal", None, None, message)
-    if _MCE.search(message):
-        return KernelEvent("mce", None, None, message)
+    if "SXid (" in text and (match := _SXID.search(text)):
+        return _event("sxid", match, text, int(match["code"]))
+    if "PCIe Bus Error: " in text and (match := _AER_REPORT.search(text)):
+        return _aer_event(match, text)
+    if "AER: " in text and (match := _AER_RECEIVED.search(text)):
+        return _aer_event(match, text)
+    if "mlx5_core " in text:
+        return _mlx5_event(text)
+    if match := _THERMAL.search(text):
+        return KernelEvent("thermal", None, None, _from(text, match.start()))
+    if match := _MCE.search(text):
+        return KernelEvent("mce", None, None, _from(text, match.start()))
     return None
+
+
+def _from(text: str, start: int) -> str:
+    return text[start:].strip()
+
+
+def _event(kind: EventKind, match: re.Match[str], text: str, code: int | None = None) -> KernelEvent:
+    return KernelEvent(kind, match["pci"], code, _from(text, match.start()))
+
+
+def _aer_event(match: re.Match[str], text: str) -> KernelEvent:
+    kind: EventKind = "pcie_aer_corrected" if match["severity"] == "Correct" else "pcie_aer_uncorrected"
+    return _event(kind, match, text)
+
+
+def _mlx5_event(text: str) -> KernelEvent | None:
+    if match := _MLX5_LINK.search(text):
+        return _event("mlx5_link_down" if match["state"] == "down" else "mlx5_link_up", match, text)
+    if match := _IB_PORT_DOWN.search(text):
+        return _event("mlx5_link_down", match, text)
+    match = _MLX5.search(text)
+    if match is None or _MLX5_HEALTH_DUMP.match(match["text"]):
+        return None
+    if (
+        match["caller"]
+        or _MLX5_INFORMATIONAL.match(match["text"])
+        or _MLX5_FAULT_WITHOUT_CALLER.search(match["text"])
+    ):
+        return _event("mlx5", match, text)
+    return None
+
+
+def is_informational(event: KernelEvent) -> bool:
+    """Whether an ``mlx5`` event is a notice that reports no fault (a slot's power advertisement, a
+    module plugged in): a counter of faults leaves it out."""
+    if event.kind != "mlx5":
+        return False
+    match = _MLX5.search(event.message)
+    return match is not None and _MLX5_INFORMATIONAL.match(match["text"]) is not None
+
+
+def is_aer_device_report(event: KernelEvent) -> bool:
+    """Whether a ``pcie_aer_*`` event is the device's own "PCIe Bus Error" line (one per error and
+    device that logged it) rather than the root port's "error received" notice before it."""
+    return event.kind.startswith("pcie_aer_") and _AER_REPORT.match(event.message) is not None
+
+
+def is_ib_port_line(event: KernelEvent) -> bool:
+    """Whether an ``mlx5_link_down`` event is the InfiniBand port's own "Port: N Link DOWN" line
+    rather than its netdev's "Link down"; a RoCE port prints both for one loss of link."""
+    return event.kind == "mlx5_link_down" and _IB_PORT_DOWN.match(event.message) is not None
 
 
 def is_machine_check_notice(event: KernelEvent) -> bool:

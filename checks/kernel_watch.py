@@ -22,6 +22,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from clusterhealth.checks.kernel_log import (
     KernelEvent,
+    is_aer_device_report,
+    is_ib_port_line,
+    is_informational,
     is_machine_check_notice,
     normalize_pci_bus_id,
     parse_line,
@@ -46,6 +49,11 @@ EVENT_KINDS = (
 )
 # GPUs whose last fall off the bus is remembered, to pair the driver's notices with its Xid 79 line.
 _MAX_FALLS = 64
+# A RoCE port prints its netdev's "Link down" and its InfiniBand port's "Port: 1 Link DOWN" a few
+# milliseconds apart for one loss of link; lines of the two forms this close are one event.
+LINK_DOWN_PAIRING_SECONDS = 5.0
+# Ports whose last unpaired link-down line is remembered.
+_MAX_LINK_DOWNS = 256
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ class KernelLogCollector:
         self.cycles_per_collect = CATCH_UP_CYCLES if catch_up else 1
         # Bus id -> (printk seconds, True if a notice without a number was counted last).
         self._falls: dict[str, tuple[float, bool]] = {}
+        # Bus id -> (printk seconds, True if the IB port's line) of a link-down line not paired yet.
+        self._link_downs: dict[str, tuple[float, bool]] = {}
         self._cycle_mce = [0, 0]  # machine-check records, notices read this cycle
         self._cycle_buses: dict[str, int] | None = None  # bus id -> GPU index, for this cycle
 
@@ -158,6 +168,8 @@ class KernelLogCollector:
             return
         if kind == "mce":
             self._cycle_mce[is_machine_check_notice(event)] += 1
+        elif kind == "mlx5_link_down" and self._link_down_counted_already(event, seconds):
+            return
         else:
             self.events[kind] += 1
         self.recent.append(SeenEvent(kind, event.code, event.pci, None, seconds, event.message))
@@ -183,6 +195,19 @@ class KernelLogCollector:
         if len(self._falls) >= _MAX_FALLS and bus not in self._falls:
             del self._falls[min(self._falls, key=lambda b: self._falls[b][0])]
         self._falls[bus] = (seconds, notice)
+        return False
+
+    def _link_down_counted_already(self, event: KernelEvent, seconds: float) -> bool:
+        """Whether this line is the other form of a link-down line of the same port just counted:
+        the netdev's "Link down" and the InfiniBand port's "Port: N Link DOWN" pair up, once."""
+        port = event.pci or ""
+        ib_port = is_ib_port_line(event)
+        last = self._link_downs.pop(port, None)
+        if last is not None and last[1] != ib_port and abs(seconds - last[0]) <= LINK_DOWN_PAIRING_SECONDS:
+            return True
+        if len(self._link_downs) >= _MAX_LINK_DOWNS:
+            del self._link_downs[min(self._link_downs, key=lambda p: self._link_downs[p][0])]
+        self._link_downs[port] = (seconds, ib_port)
         return False
 
     def _gpu_index(self, pci: str | None) -> int:
@@ -252,7 +277,9 @@ def recent_xid_events(ledger: XidLedger) -> list[SeenEvent]:
 def _counted_kind(event: KernelEvent) -> str | None:
     # The kernel reports one AER error twice: "AER: ... error received" from the root port, then
     # "PCIe Bus Error: severity=..." from the device. Count the device's line, once per error.
-    if event.kind.startswith("pcie_aer_") and "PCIe Bus Error" not in event.message:
+    if event.kind.startswith("pcie_aer_") and not is_aer_device_report(event):
+        return None
+    if is_informational(event):
         return None
     # A link coming up is the end of the flap that its link-down line already counted.
     if event.kind == "mlx5_link_up":

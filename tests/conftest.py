@@ -18,12 +18,34 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Every hypothesis test runs a bounded number of derandomized examples, so `make test` stays fast
+# and repeatable; `CLUSTERHEALTH_FUZZ=explore` runs many more from a random seed to hunt for new
+# failures. Loaded here, before any test module is imported: a @settings decorator takes the
+# profile loaded when its module is imported, so one loaded by a test module misses the modules
+# imported before it.
+settings.register_profile(
+    "ci",
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "explore",
+    max_examples=5000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("CLUSTERHEALTH_FUZZ", "ci"))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SCENARIOS = SCENARIO_DIR

@@ -3,13 +3,16 @@
 The probe-output parsers, the kernel-log line parser, the /dev/kmsg record parser and reader, and
 the config loader (its `policy:` section included) are fed random input and the real captures of
 tests/fixtures/ mutated (cut short, spliced, numbers made absurd, JSON leaves replaced). The number
-of examples is bounded and the examples are derandomized, so `make test` stays fast and repeatable;
-`CLUSTERHEALTH_FUZZ=explore` runs many more, from a random seed, to hunt for new failures.
+of examples is bounded and the examples are derandomized (the profile tests/conftest.py loads), so
+`make test` stays fast and repeatable; `CLUSTERHEALTH_FUZZ=explore` runs many more, from a random
+seed, to hunt for new failures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import math
 import os
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from clusterhealth.agent import config as configuration
@@ -28,22 +31,6 @@ from clusterhealth.checks.probe_parsers import parse
 
 from .conftest import FIXTURES, ROOT
 
-settings.register_profile(
-    "ci",
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.register_profile(
-    "explore",
-    max_examples=5000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.load_profile(os.environ.get("CLUSTERHEALTH_FUZZ", "ci"))
-
 
 def _captures(folder: str, suffix: str) -> list[str]:
     return [p.read_text(encoding="utf-8") for p in sorted((FIXTURES / folder).glob(f"*{suffix}"))]
@@ -51,6 +38,7 @@ def _captures(folder: str, suffix: str) -> list[str]:
 
 NCCL_TESTS = _captures("nccl-tests", ".txt")
 IPERF3 = _captures("iperf3", ".json")
+IPERF3_TERMINAL = _captures("iperf3", ".txt")  # copied from a terminal: debris around the JSON
 IB_WRITE_BW = _captures("ib_write_bw", ".txt")
 NVBANDWIDTH = _captures("nvbandwidth", ".txt")
 KMSG_LINES = [
@@ -73,7 +61,7 @@ policy:
     hca: {MT_0000000838: "28.39.1002"}
     gpu_driver: "550.90.07"
 """
-assert NCCL_TESTS and IPERF3 and IB_WRITE_BW and KMSG_RECORDS
+assert NCCL_TESTS and IPERF3 and IPERF3_TERMINAL and IB_WRITE_BW and KMSG_RECORDS
 
 
 # --- mutations of real captures -------------------------------------------------------------------
@@ -175,16 +163,53 @@ def _check_probe_result(kind: str, text: str) -> None:
         assert figure is None or (math.isfinite(figure) and figure >= 0), figure
 
 
-@given(st.text() | mutated(NCCL_TESTS))
+@st.composite
+def tails(draw: st.DrawFn, texts: list[str]) -> str:
+    """The end of a real capture from one of its lines on, as `kubectl logs --tail` gives it."""
+    lines = draw(st.sampled_from(texts)).splitlines(keepends=True)
+    return "".join(lines[draw(st.integers(0, len(lines))) :])
+
+
+@given(st.text() | mutated(NCCL_TESTS) | tails(NCCL_TESTS))
 @example(NCCL_TESTS[0])
 def test_nccl_tests_parser(text: str) -> None:
     _check_probe_result("nccl-tests", text)
 
 
-@given(st.text() | mutated(IPERF3) | json_mutated(IPERF3))
+def _after_the_header(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    header = max(i for i, line in enumerate(lines) if "size" in line and "count" in line and "type" in line)
+    return lines[header + 1 :]
+
+
+WITH_HEADER = [text for text in NCCL_TESTS if parse("nccl-tests", text).rows and "(elements)" in text]
+
+
+@given(st.sampled_from(WITH_HEADER), st.integers(min_value=0))
+def test_a_tail_without_the_header_reads_the_same_rows(text: str, at: int) -> None:
+    table = _after_the_header(text)
+    tail = "".join(table[at % len(table) :])
+    rows = parse("nccl-tests", tail).to_dict()["rows"]
+    whole = parse("nccl-tests", text).to_dict()["rows"]
+    assert rows == whole[len(whole) - len(rows) :]
+
+
+# What a terminal leaves around a command's output: no "{" (so no JSON) and no iperf3 error line.
+DEBRIS = st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=60).filter(
+    lambda t: "iperf3: error - " not in t
+)
+
+
+@given(st.text() | mutated(IPERF3 + IPERF3_TERMINAL) | json_mutated(IPERF3) | tails(IPERF3_TERMINAL))
 @example(IPERF3[0])
+@example(IPERF3_TERMINAL[0])
 def test_iperf3_parser(text: str) -> None:
     _check_probe_result("iperf3", text)
+
+
+@given(DEBRIS, st.sampled_from(IPERF3), DEBRIS)
+def test_iperf3_json_reads_the_same_amid_terminal_debris(before: str, text: str, after: str) -> None:
+    assert parse("iperf3", before + text + "\n" + after).to_dict() == parse("iperf3", text).to_dict()
 
 
 @given(st.text() | mutated(IB_WRITE_BW))
@@ -214,6 +239,20 @@ def test_kernel_log_line_parser(line: str) -> None:
     assert event.code is None or 0 <= event.code < 1_000_000
     if event.pci is not None and event.kind not in ("xid", "sxid"):
         normalize_pci_bus_id(event.pci)  # a device's bus id (NVRM prints shorter forms of its own)
+
+
+# The kernel's text of every real event line, and what log tools put before it in those lines.
+KMSG_EVENTS = [(line, event) for line in KMSG_LINES if (event := parse_line(line)) is not None]
+KMSG_PREFIXES = sorted({line[: line.index(event.message)] for line, event in KMSG_EVENTS})
+# Text a tool could put before a line, with no ':' so it cannot itself hold a kernel event.
+TOOL_TEXT = st.text(alphabet=st.characters(blacklist_characters=":\n\r"), max_size=40).map(lambda t: t + " ")
+
+
+@given(st.sampled_from(KMSG_EVENTS), st.sampled_from(KMSG_PREFIXES) | TOOL_TEXT)
+@example(KMSG_EVENTS[0], "")
+def test_an_event_is_the_same_whatever_stands_before_it(real: tuple[str, KernelEvent], prefix: str) -> None:
+    _, event = real
+    assert parse_line(prefix + event.message) == event
 
 
 @given(st.binary() | mutated([r.decode("utf-8", "replace") for r in KMSG_RECORDS]).map(str.encode))
@@ -319,3 +358,35 @@ def test_config_loader_on_arbitrary_bytes(tmp_path: Path, raw: bytes) -> None:
 @settings(max_examples=200)
 def test_config_loader_on_documents_shaped_like_a_config(tmp_path: Path, data: dict[str, Any]) -> None:
     _load(tmp_path, yaml.safe_dump(data, allow_unicode=True).encode())
+
+
+# --- the profile ------------------------------------------------------------------------------------
+
+
+def _hypothesis_tests() -> list[tuple[str, Any]]:
+    found = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        if "hypothesis" not in path.read_text(encoding="utf-8"):
+            continue
+        module = importlib.import_module(f"{__package__}.{path.stem}")
+        for name, function in inspect.getmembers(module, inspect.isfunction):
+            if getattr(function, "is_hypothesis_test", False):
+                found.append((f"{path.stem}.{name}", function))
+    return found
+
+
+def test_every_hypothesis_test_runs_bounded_and_derandomized() -> None:
+    tests = _hypothesis_tests()
+    assert {name.split(".")[0] for name, _ in tests} >= {
+        "test_fuzz",
+        "test_fabric_schedule",
+        "test_rdma_fuzz",
+    }
+    for name, function in tests:
+        # A @settings decorator's own settings, else the profile loaded when the test runs.
+        chosen = getattr(function, "_hypothesis_internal_use_settings", settings.default)
+        if os.environ.get("CLUSTERHEALTH_FUZZ", "ci") == "ci":
+            assert chosen.derandomize, name
+            assert chosen.database is None, name
+            assert chosen.max_examples <= 400, name
+        assert chosen.deadline is None, name

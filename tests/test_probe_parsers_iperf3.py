@@ -88,7 +88,9 @@ def test_server_killed_mid_test_reports_no_bandwidth() -> None:
     assert result.duration_seconds == 3.0
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.json")))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in FIXTURES.glob("*.json")) + sorted(p.name for p in FIXTURES.glob("*.txt"))
+)
 def test_to_dict_is_strict_json(name: str) -> None:
     result = parse_iperf3(capture(name))
     as_dict = json.loads(json.dumps(result.to_dict(), allow_nan=False))
@@ -136,3 +138,65 @@ def test_a_negative_rate_is_no_bandwidth() -> None:
     result = parse_iperf3(json.dumps(document))
     assert result.bandwidth_bytes_per_second is None
     assert result.received_bytes_per_second is None
+
+
+def test_a_rate_too_large_for_a_float_is_no_bandwidth() -> None:
+    # Found by tests/test_fuzz.py: float() of a 400-digit integer raised OverflowError.
+    document = json.loads(capture("01_tcp_loopback.json"))
+    document["end"]["sum_received"]["bits_per_second"] = 10**400
+    result = parse_iperf3(json.dumps(document))
+    assert result.bandwidth_bytes_per_second is None
+    assert result.received_bytes_per_second is None
+
+
+def test_json_after_the_terminals_ctrl_c_is_read_and_its_error_honoured() -> None:
+    # The terminal echoed ^C and iperf3, interrupted, wrote its JSON right after it on that line.
+    text = capture("06_client_interrupted_ctrl_c_terminal.txt")
+    assert text.startswith("^C{")
+    result = parse_iperf3(text)
+
+    assert result.verdict == "failed"
+    assert result.errors == ("interrupt - the client has terminated",)
+    assert (result.peer_host, result.peer_port, result.version) == ("127.0.0.1", 59621, "iperf 3.12")
+    assert result.bandwidth_bytes_per_second is None
+
+
+def test_json_between_shell_prompts_is_read() -> None:
+    text = capture("07_client_between_shell_prompts.txt")
+    assert text.startswith("user@node01:~$ iperf3 -c") and text.endswith("user@node01:~$ exit\nexit\n")
+    result = parse_iperf3(text)
+    # The same figures as the JSON alone.
+    alone = parse_iperf3(text[text.index("{") : text.rindex("}") + 1])
+
+    assert result.verdict == "ok" and result.errors == ()
+    assert result == alone
+    assert result.bandwidth_bytes_per_second == pytest.approx(1695294825.1759393)
+
+
+def test_iperf3s_own_error_line_after_its_json_fails_the_run() -> None:
+    # esnet/iperf issue 1143: the client wrote its whole JSON, then this line outside it.
+    text = capture("01_tcp_loopback.json") + "iperf3: error - unable to send control message: Broken pipe\n"
+    result = parse_iperf3(text)
+
+    assert result.verdict == "failed"
+    assert result.errors == ("iperf3: error - unable to send control message: Broken pipe",)
+
+
+@pytest.mark.parametrize("name", ["01_tcp_loopback.json", "04_connection_refused.json"])
+def test_debris_around_the_json_changes_nothing(name: str) -> None:
+    text = capture(name)
+    debris = capture("07_client_between_shell_prompts.txt")
+    before, after = debris[: debris.index("{")], debris[debris.rindex("}") + 1 :]
+    assert parse_iperf3(before + text + after) == parse_iperf3(text)
+    assert parse_iperf3("^C" + text) == parse_iperf3(text)
+
+
+def test_an_object_nested_in_a_cut_json_is_not_taken_for_the_output() -> None:
+    # Cut inside the intervals: the streams' objects decode, but they are not iperf3's top level.
+    text = capture("01_tcp_loopback.json")
+    cut = text[: text.index('"sum":')]
+    assert '"streams":' in cut
+    result = parse_iperf3(cut)
+
+    assert result.verdict == "incomplete"
+    assert result.errors[0].startswith("not iperf3 JSON output")

@@ -78,7 +78,38 @@ EXPECTED = {
     "12_test_cuda_failure_8x_h100.txt": Expected(
         "all_reduce", None, (), 0, None, None, None, None, "failed", 2, None, None, True,
     ),
+    # Tails without the column header: rows, footer and large-message bandwidth all the same.
+    "13_rccl_tests_tail_without_header.txt": Expected(
+        "all_reduce", None, (), 4, 142.652, (359.35 + 359.28 + 360.04 + 360.56 + 360.98 + 361.17) / 6,
+        0, 0, "ok", 0, None, None, None,
+    ),
+    "14_tail_without_header_linear_sweep.txt": Expected(
+        None, None, (), 6, 84.8558,
+        (95.75 + 95.92 + 95.67 + 96.47 + 96.42 + 96.33 + 96.45 + 95.50 + 95.77 + 96.69 + 95.74 + 95.94) / 12,
+        0, 0, "ok", 0, None, None, None,
+    ),
+    "15_tail_nccl_info_between_last_row_and_footer.txt": Expected(
+        None, None, (), 1, 8.62002, (25.86 + 25.88) / 2, 0, 0, "ok", 0, None, None, None,
+    ),
+    "16_old_nccl_failure_without_test_prefix_8x_p100.txt": Expected(
+        "all_reduce", 8, ("node03",), 0, None, None, None, None, "failed", 1, None, None, True,
+    ),
+    "17_rccl_tests_nccl_failure_4x_mi210.txt": Expected(
+        None, 4, ("sharbox-ultra",), 0, None, None, None, None, "failed", 2, None, None, True,
+    ),
+    "18_rccl_tests_header_and_first_row_8x_mi300x.txt": Expected(
+        None, 8, ("g100n126",), 1, None, None, None, 0, "incomplete", 1, None, None, True,
+    ),
+    "19_mpijob_launcher_log_rows_after_nccl_info.txt": Expected(
+        None, None, (), 5, None, None, None, None, "incomplete", 1, None, None, None,
+    ),
 }  # fmt: skip
+# Captures that hold the end of a table only: their footer averages rows they do not show.
+TAILS = {
+    "13_rccl_tests_tail_without_header.txt",
+    "14_tail_without_header_linear_sweep.txt",
+    "15_tail_nccl_info_between_last_row_and_footer.txt",
+}
 
 
 def test_every_capture_has_expectations() -> None:
@@ -135,7 +166,7 @@ def test_to_dict_is_strict_json(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [name for name, expected in EXPECTED.items() if expected.avg is not None],
+    [name for name, expected in EXPECTED.items() if expected.avg is not None and name not in TAILS],
 )
 def test_footer_is_the_mean_of_every_busbw_cell(name: str) -> None:
     # Why the footer is no fabric verdict: it weighs an 8-byte message like a 16 GiB one.
@@ -143,6 +174,95 @@ def test_footer_is_the_mean_of_every_busbw_cell(name: str) -> None:
     cells = [p.busbw_gbps for row in result.rows for p in row.placements()]
 
     assert sum(c or 0 for c in cells) / len(cells) == pytest.approx(result.avg_bus_bandwidth_gbps, abs=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(TAILS))
+def test_a_tail_without_the_column_header_yields_its_rows(name: str) -> None:
+    # What `kubectl logs --tail` and a pasted end of a log give: rows read in the layout of every
+    # nccl-tests since 2.13 and every rccl-tests, the same cells as under their header.
+    result = parse_nccl_tests(capture(name))
+    last = result.rows[-1]
+    assert last.redop == "sum" and last.root == -1 and last.type == "float"
+    assert last.out_of_place is not None and last.in_place is not None
+    assert (last.out_of_place.wrong, last.in_place.wrong) == (0, 0)
+    assert result.finished and result.bandwidth_bytes_per_second == pytest.approx(EXPECTED[name].peak * 1e9)
+
+
+def test_a_tail_reads_like_the_same_rows_under_their_header() -> None:
+    # The rows of a whole capture, their header cut off, give the same rows and the same headline.
+    whole = capture("01_multinode_2x8_h100_allreduce_ib.txt")
+    header_end = whole.index("\n", whole.index("(elements)")) + 1
+    tail = whole[header_end:]
+    assert "size" not in tail.split("\n", 1)[0]
+    assert parse_nccl_tests(tail).rows == parse_nccl_tests(whole).rows
+    assert (
+        parse_nccl_tests(tail).bandwidth_bytes_per_second
+        == parse("nccl-tests", whole).bandwidth_bytes_per_second
+    )
+
+
+def test_headerless_rows_of_the_pre_2_13_layout_are_read_with_their_error_column() -> None:
+    # The EFA capture's rows (no root column, `error` cells) without their header.
+    whole = capture("11_efa_2x8_a100_mpirun_tagged_error_column.txt")
+    lines = [line for line in whole.splitlines() if "size" not in line or "count" not in line]
+    tail = "\n".join(lines)
+    assert parse_nccl_tests(tail).rows == parse_nccl_tests(whole).rows
+
+
+@pytest.mark.parametrize(
+    ("name", "trimmed_lines"),
+    [
+        # `# Out of bounds values` and `# Collective test concluded` remain.
+        ("13_rccl_tests_tail_without_header.txt", ("Avg bus bandwidth",)),
+        ("05_all_gather_2node_gb10_roce.txt", ("Avg bus bandwidth",)),
+        # `# Out of bounds values` alone remains (nccl-tests before 2.17 print no concluded line).
+        ("14_tail_without_header_linear_sweep.txt", ("Avg bus bandwidth",)),
+        # `# Collective test concluded` alone remains.
+        ("13_rccl_tests_tail_without_header.txt", ("Avg bus bandwidth", "Out of bounds values")),
+    ],
+)
+def test_a_capture_whose_avg_footer_was_trimmed_keeps_its_bandwidth(
+    name: str, trimmed_lines: tuple[str, ...]
+) -> None:
+    # The `# Avg bus bandwidth` line is gone, another of the table's closing lines is there: the run
+    # finished, its average is unknown.
+    whole = capture(name)
+    trimmed = "\n".join(line for line in whole.splitlines() if not any(cut in line for cut in trimmed_lines))
+    result = parse_nccl_tests(trimmed)
+    assert result.finished and result.verdict == "ok"
+    assert result.avg_bus_bandwidth_gbps is None
+    assert result.peak_bus_bandwidth_gbps == pytest.approx(EXPECTED[name].peak)
+    assert result.bandwidth_bytes_per_second == parse("nccl-tests", whole).bandwidth_bytes_per_second
+
+
+def test_a_capture_cut_before_every_closing_line_has_no_bandwidth() -> None:
+    text = capture("13_rccl_tests_tail_without_header.txt")
+    result = parse_nccl_tests(text[: text.index("# Errors with asterisks")])
+    assert not result.finished and result.verdict == "incomplete"
+    assert len(result.rows) == 4 and result.bandwidth_bytes_per_second is None
+
+
+def test_a_2018_nccl_failure_line_without_test_fails_the_run() -> None:
+    result = parse_nccl_tests(capture("16_old_nccl_failure_without_test_prefix_8x_p100.txt"))
+    assert result.verdict == "failed"
+    assert result.errors == ("NCCL failure all_reduce.cu:95 'unhandled cuda error'",)
+    assert result.problem == "NCCL failure all_reduce.cu:95 'unhandled cuda error'"
+
+
+def test_rccl_tests_failure_and_its_older_parameter_line() -> None:
+    result = parse_nccl_tests(capture("17_rccl_tests_nccl_failure_4x_mi210.txt"))
+    assert result.verdict == "failed" and result.validation is True
+    assert result.errors[0].startswith("sharbox-ultra: Test NCCL failure common.cu:1285")
+
+
+def test_rccl_tests_hip_failure_fails_the_run() -> None:
+    # rccl-tests' HIPCHECK (src/common.h) words the CUDA failure as a HIP one.
+    text = capture("17_rccl_tests_nccl_failure_4x_mi210.txt").replace("Test NCCL failure", "Test HIP failure")
+    result = parse_nccl_tests(text)
+    assert result.verdict == "failed"
+    assert result.problem is not None and result.problem.startswith(
+        "sharbox-ultra: Test HIP failure common.cu:1285"
+    )
 
 
 def test_multinode_h100_first_and_last_rows() -> None:
@@ -416,6 +536,16 @@ def test_json_matches_the_text_of_the_same_run() -> None:
     assert from_json.verdict == "ok"
     assert from_json.nccl_version == "2.28.9"
     assert from_json.validation is True
+
+
+def test_json_numbers_too_large_for_a_float_are_no_measurement() -> None:
+    # Found by tests/test_fuzz.py: float() of a 400-digit integer raised OverflowError.
+    document = json.loads(ALL_GATHER_JSON)
+    document["average_bus_bandwidth"]["bandwidth"] = 10**400
+    document["results"][0]["in_place"]["bus_bw"] = 10**400
+    result = parse_nccl_tests(json.dumps(document))
+    assert result.avg_bus_bandwidth_gbps is None
+    assert result.rows[0].in_place is not None and result.rows[0].in_place.busbw_gbps is None
 
 
 def test_json_before_2_17_9_spelled_bandwidth_bandwidith() -> None:

@@ -11,12 +11,27 @@ import pytest
 from clusterhealth.checks.probe_parsers import REGISTRY, parse
 from clusterhealth.checks.probe_parsers.nvbandwidth import GIGABYTE, NvbandwidthResult, parse_nvbandwidth
 from clusterhealth.checks.probes import evaluate, run
+from clusterhealth.checks.probes.runner import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvbandwidth"
 
 
 def capture(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+def ran_exit(code: int) -> RunResult:
+    return RunResult(
+        argv=("nvbandwidth",),
+        exit_code=code,
+        signal=None,
+        timed_out=False,
+        duration_seconds=3.0,
+        stdout="",
+        stderr="",
+        output_truncated=False,
+        error=None,
+    )
 
 
 def test_gigabytes_are_decimal() -> None:
@@ -145,6 +160,36 @@ def test_a_testcase_cut_off_after_another_finished_is_incomplete() -> None:
     assert len(result.matrices) == 1
     assert result.verdict == "incomplete"
     assert result.problem is not None and result.problem.startswith("device_to_host_memcpy_sm: output ends")
+
+
+def _from_running(name: str) -> str:
+    text = capture(name)
+    return text[text.index("Running ") :]
+
+
+@pytest.mark.parametrize(
+    ("finished", "corrupted"),
+    [
+        # v0.8's finished testcase, then v0.7's pattern-check failure and ASSERT.
+        ("01_h2d_sm_1x_a100_v0.8.txt", "05_pattern_check_failed_8x_a100_v0.7.txt"),
+        # An older matrix without a SUM line, then v0.4's failure ended by the shell's Aborted.
+        ("03_d2d_write_ce_8gpu_readme.txt", "06_pattern_check_aborted_8x_l40s_v0.4.txt"),
+    ],
+)
+def test_corruption_after_an_earlier_testcase_finished_is_wrong_results(
+    finished: str, corrupted: str
+) -> None:
+    # A run of several testcases (nvbandwidth.cpp runs them in turn and prints `Running <name>.`
+    # before each): the real output of one that finished, then the real output of one whose copy
+    # failed the pattern check.
+    result = parse_nvbandwidth(capture(finished) + _from_running(corrupted))
+
+    assert result.verdict == "wrong_results"
+    assert len(result.matrices) == 1 and len(result.testcases) == 2
+    assert result.mismatches == 1 and result.wrong_values == 1
+    assert result.problem == "a copy's data did not match the pattern written: the copy corrupted data"
+    outcome = evaluate("nvbandwidth", ran_exit(1), result, None, 0.9)
+    assert outcome.result == "failed" and outcome.wrong_values == 1
 
 
 def test_json_output_is_named_as_unread() -> None:

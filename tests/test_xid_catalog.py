@@ -10,7 +10,6 @@ import pytest
 
 from clusterhealth.checks.kernel_log import parse_line
 from clusterhealth.checks.xid_catalog import (
-    CRITICAL_SXIDS,
     CRITICAL_XIDS,
     SXID_CATALOG,
     TICKET_XIDS,
@@ -64,13 +63,6 @@ def test_unknown_sxid() -> None:
     info = describe_sxid(1)
     assert (info.known, info.severity) == (False, "warning")
     assert "fabric-manager-user-guide" in info.action
-
-
-def test_critical_sets_are_the_critical_entries() -> None:
-    assert CRITICAL_XIDS.issubset(XID_CATALOG)
-    assert {c for c, x in XID_CATALOG.items() if x.severity == "critical"} == CRITICAL_XIDS
-    assert CRITICAL_SXIDS.issubset(SXID_CATALOG)
-    assert {c for c, x in SXID_CATALOG.items() if x.severity == "critical"} == CRITICAL_SXIDS
 
 
 def test_hardware_xids_alert_and_application_xids_do_not() -> None:

@@ -102,6 +102,15 @@ def finite_or_none(value: float | None) -> float | None:
     return value
 
 
+def number_or_none(value: int | float) -> float | None:
+    """A JSON number as a measurement: None for NaN, infinities, and integers too large for a float
+    (float() of a 400-digit integer raises OverflowError)."""
+    try:
+        return finite_or_none(float(value))
+    except OverflowError:
+        return None
+
+
 def parse_float(token: str) -> float | None:
     try:
         return finite_or_none(float(token))

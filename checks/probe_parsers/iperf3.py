@@ -5,17 +5,28 @@ the peer (``connecting_to``) and the test (``test_start``), ``end.sum_sent`` and
 ``end.sum_received`` hold the totals for TCP and UDP alike, and a failure adds a top-level
 ``error`` string. iperf 3.12 exits 0 even when it writes ``error``, so the key, not the exit code,
 says whether the test ran.
+
+Outputs copied from a terminal carry debris around the JSON: the ``^C`` a terminal echoes (iperf3,
+interrupted, still writes its JSON, right after it on the same line, with ``error`` "interrupt -
+the client has terminated"), the shell prompt and command before it and the next prompt after it,
+and lines iperf3 prints outside its JSON (``iperf3: error - unable to send control message: Broken
+pipe`` after it, esnet/iperf issue 1143). The JSON object is found wherever it starts; an
+``iperf3: error - ...`` line outside it is one of the run's errors too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
-from clusterhealth.checks.probe_parsers._common import ProbeKind, ProbeParse, Verdict, finite_or_none
+from clusterhealth.checks.probe_parsers._common import ProbeKind, ProbeParse, Verdict, number_or_none
 
 BITS_PER_BYTE = 8
+# Where the JSON may start in a capture with debris; a bound on the attempts keeps garbage cheap.
+_MAX_JSON_STARTS = 64
+_ERROR_LINE = re.compile(r"^iperf3: error - .*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -83,11 +94,16 @@ class Iperf3Result:
 
 
 def parse_iperf3(text: str) -> Iperf3Result:
-    """Parse ``iperf3 -J`` client output. Never raises: bad input gives verdict incomplete."""
+    """Parse ``iperf3 -J`` client output, with or without terminal debris around the JSON. Never
+    raises: bad input gives verdict incomplete."""
     try:
         document = json.loads(text)
+        debris = ""
     except ValueError as exc:
-        return _unparsable(f"not iperf3 JSON output (run the client with -J): {exc}")
+        found = _json_amid_debris(text)
+        if found is None:
+            return _unparsable(f"not iperf3 JSON output (run the client with -J): {exc}")
+        document, debris = found
     if not isinstance(document, dict):
         return _unparsable("not iperf3 JSON output: the top level is not an object")
 
@@ -104,6 +120,7 @@ def parse_iperf3(text: str) -> Iperf3Result:
     error = document.get("error")
     if isinstance(error, str) and error:
         errors.append(error)
+    errors += _ERROR_LINE.findall(debris)
     verdict: Verdict
     if errors:
         verdict = "failed"
@@ -135,6 +152,33 @@ def parse_iperf3(text: str) -> Iperf3Result:
         version=_str(start.get("version")),
         errors=tuple(errors),
         verdict=verdict,
+    )
+
+
+def _json_amid_debris(text: str) -> tuple[dict[str, Any], str] | None:
+    """The first iperf3 JSON object in `text` and the text around it, or None."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    for _ in range(_MAX_JSON_STARTS):
+        if start < 0:
+            return None
+        try:
+            document, end = decoder.raw_decode(text, start)
+        except ValueError:
+            document, end = None, start
+        if _is_iperf3_output(document):
+            return document, text[:start] + "\n" + text[end:]
+        start = text.find("{", start + 1)
+    return None
+
+
+def _is_iperf3_output(document: object) -> TypeGuard[dict[str, Any]]:
+    # iperf3's top level has the objects "start" and "end" or the string "error" (iperf_api.c); an
+    # object nested in it (a stream's interval, with numbers for "start" and "end") is not one.
+    return isinstance(document, dict) and (
+        isinstance(document.get("start"), dict)
+        or isinstance(document.get("end"), dict)
+        or isinstance(document.get("error"), str)
     )
 
 
@@ -174,7 +218,7 @@ def _int(value: object) -> int | None:
 def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return finite_or_none(float(value))
+    return number_or_none(value)
 
 
 def _bytes_per_second(bits_per_second: object) -> float | None:

@@ -10,9 +10,21 @@ What the parser relies on, and where it comes from:
 * Launchers prefix lines: OpenMPI ``--tag-output`` writes ``[1,0]<stdout>:``, ``srun --label``
   writes `` 0: ``. NCCL INFO/WARN lines and MPI warnings land anywhere, even inside the table.
 * A run that dies prints ``<host>: Test NCCL failure ...``, ``Test CUDA failure ...`` or
-  ``Test timeout ...``, then one `` .. <host> pid <n>: Test failure <file>:<line>`` line per stack
-  frame; the same trace lines follow a finished run whose results were wrong (exit code 7).
-* A run that is killed prints no ``# Avg bus bandwidth`` footer.
+  ``Test timeout ...`` (rccl-tests also ``Test HIP failure ...``; nccl-tests of 2018 printed a bare
+  ``NCCL failure <file>:<line> '<error>'``), then one `` .. <host> pid <n>: Test failure
+  <file>:<line>`` line per stack frame; the same trace lines follow a finished run whose results
+  were wrong (exit code 7).
+* A finished run closes its table with ``# Out of bounds values``, ``# Avg bus bandwidth`` and, since
+  2.17, ``# Collective test concluded``; a run that is killed prints none of them. Any one of them
+  says the run finished, so a capture whose ``# Avg bus bandwidth`` line was trimmed still has its
+  large-message bandwidth.
+* Captures come without their column header (``kubectl logs --tail``, a pasted tail): a row is then
+  read in the one layout every nccl-tests since 2.13 and every rccl-tests prints (size, count, type,
+  redop, root, then time, algbw, busbw, #wrong for each placement), or, with 12 values, the older
+  one without root and with ``error``.
+* rccl-tests (AMD's fork) prints the same table and lines, adds ``rccl-tests: Version ...`` and
+  ``# Errors with asterisks indicate ...``, and its older versions word the parameters
+  ``# nThreads: 1 nGpus: 4 nRanks: 1 ...``.
 * The JSON file (``-J results.json``, nccl-tests 2.17.3 and later) is read according to its writer,
   src/util.cu of nccl-tests 2.17.3 to 2.19.6 (file versions 1 to 3). No captured file was
   available; see ``parse_nccl_tests_json``.
@@ -31,7 +43,7 @@ from typing import Any, Literal
 from clusterhealth.checks.probe_parsers._common import (
     ProbeKind,
     Verdict,
-    finite_or_none,
+    number_or_none,
     parse_float,
     parse_int,
     undocumented_exit_code,
@@ -82,14 +94,18 @@ _SLURM_LABEL = re.compile(r"^\s*\d+: ")
 
 _TESTS_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
 _COLLECTIVE_STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
-_PARAMETERS = re.compile(r"^nThread\s+\d+\s+nGpus\s+\d+\b")
+_PARAMETERS = re.compile(r"^nThreads?:?\s+\d+\s+nGpus:?\s+\d+\b")
 _VALIDATION = re.compile(r"\bvalidation:\s*(\d+)")
-_DEVICE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+")
+# Before 2.0's Pid and 2.13's Group: "Rank  0 on     node03 device  0 [0x00] Tesla P100-PCIE-16GB".
+_DEVICE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+\d+")
 _OUT_OF_BOUNDS = re.compile(r"^Out of bounds values\s*:\s*(\d+)")
 _AVG_BUS_BW = re.compile(r"^Avg bus bandwidth\s*:\s*(\S+)(?:\s+(OK|FAILED))?")
+_CONCLUDED = re.compile(r"^Collective test concluded:\s*(\S+)")
 _LAST_NCCL_ERROR = re.compile(r"^error:\s*(.*)")
 _NCCL_VERSION_LINE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_HARD_FAILURE = re.compile(r"Test (?:NCCL|CUDA) failure|Test timeout|Invalid number of GPUs")
+_HARD_FAILURE = re.compile(
+    r"Test (?:NCCL|CUDA|HIP) failure|Test timeout|Invalid number of GPUs|^NCCL failure \S+:\d+ "
+)
 _FAILURE_TRACE = re.compile(r"^\.\. \S+ pid \d+: Test failure")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 
@@ -168,6 +184,8 @@ class NcclTestsResult:
     nccl_tests_version: str | None
     validation: bool | None  # whether results were checked (-c), from the parameter line
     format: Literal["text", "json"] = "text"
+    # Whether the output reaches the table's closing lines (any of them): the run finished.
+    finished: bool = False
 
     @property
     def peak_bus_bandwidth_gbps(self) -> float | None:
@@ -181,10 +199,10 @@ class NcclTestsResult:
         Both placements are averaged, as the footer does, so the two figures differ only in which
         sizes they cover.
 
-        None without the footer: a run cut short never reached its largest sizes, and the largest
-        it did print are not the plateau.
+        None before the table's closing lines: a run cut short never reached its largest sizes, and
+        the largest it did print are not the plateau.
         """
-        if self.avg_bus_bandwidth_gbps is None:
+        if not self.finished:
             return None
         return peak_bus_bandwidth_gbps(self.rows)
 
@@ -239,6 +257,7 @@ class NcclTestsResult:
             "validation": self.validation,
             "count_is_per_rank": self.count_is_per_rank,
             "rows": [row.to_dict() for row in self.rows],
+            "finished": self.finished,
             "avg_bus_bandwidth_gbps": self.avg_bus_bandwidth_gbps,
             "peak_bus_bandwidth_gbps": self.peak_bus_bandwidth_gbps,
             "bandwidth_bytes_per_second": self.bandwidth_bytes_per_second,
@@ -351,6 +370,26 @@ class _Layout:
         return Placement(time, algbw, busbw, wrong, max_error)
 
 
+_KEYS_WITH_ROOT = ("size", "count", "type", "redop", "root")
+_KEYS_WITHOUT_ROOT = ("size", "count", "type", "redop")
+# (tokens in the row, what its #wrong/error cells hold) -> layout. Since 2.13 the cells count wrong
+# elements (an integer, or N/A when not checked); before, "error" held the largest difference, printed
+# as 5e-07. 13 values are size..root and two groups of four; 12, the pre-2.13 rows without root.
+_HEADERLESS_LAYOUTS: Mapping[tuple[int, str], _Layout] = MappingProxyType(
+    {
+        (13, "#wrong"): _Layout(_KEYS_WITH_ROOT, ("time", "algbw", "busbw", "#wrong"), timestamp=False),
+        (13, "error"): _Layout(_KEYS_WITH_ROOT, ("time", "algbw", "busbw", "error"), timestamp=False),
+        (12, "error"): _Layout(_KEYS_WITHOUT_ROOT, ("time", "algbw", "busbw", "error"), timestamp=False),
+    }
+)
+_WRONG_CELL = re.compile(r"N/A|\d+")
+
+
+def _wrong_or_error(tokens: list[str]) -> str:
+    """What the row's last cell (in-place #wrong or error) holds."""
+    return "#wrong" if tokens and _WRONG_CELL.fullmatch(tokens[-1]) else "error"
+
+
 class _TextParse:
     """Accumulates what the lines of a text capture say; result() turns it into a record."""
 
@@ -361,7 +400,7 @@ class _TextParse:
         self.rows: list[Row] = []
         self.layout: _Layout | None = None
         self.avg_bus_bandwidth: float | None = None
-        self.footer_seen = False
+        self.footer_seen = False  # any of the table's closing lines
         self.min_bw_failed_line: str | None = None
         self.out_of_bounds: int | None = None
         self.hard_failures: list[str] = []
@@ -371,6 +410,7 @@ class _TextParse:
         self.nccl_version: str | None = None
         self.nccl_tests_version: str | None = None
         self.validation: bool | None = None
+        self.headerless_layout: _Layout | None = None
         for raw in text.splitlines():
             self._line(_strip_launcher_prefix(raw).strip())
 
@@ -387,13 +427,25 @@ class _TextParse:
             self.failure_traces.append(line)
         elif _NCCL_WARN.search(line):
             self.warnings.append(line)
-        elif self.layout is not None and (row := self.layout.parse_row(line.split())) is not None:
+        elif _PARAMETERS.match(line):
+            self._comment(line)  # nccl-tests of 2018 printed it without the "#"
+        elif (row := self._row(line.split())) is not None:
             self.rows.append(row)
         elif (version := _NCCL_VERSION_LINE.search(line)) is not None:
             self.nccl_version = self.nccl_version or version.group(1)
         elif self.layout is None and self.collective_from_command is None:
             # The command line, when the capture shows it (shell prompt, mpirun, srun).
             self.collective_from_command = _collective_from_program(line)
+
+    def _row(self, tokens: list[str]) -> Row | None:
+        if self.layout is not None:
+            return self.layout.parse_row(tokens)
+        # No header read: a capture's tail. A row in the layout its width and #wrong cells tell.
+        layout = _HEADERLESS_LAYOUTS.get((len(tokens), _wrong_or_error(tokens)))
+        if layout is None or (row := layout.parse_row(tokens)) is None:
+            return None
+        self.headerless_layout = layout
+        return row
 
     def _comment(self, body: str) -> None:
         if match := _TESTS_VERSION.match(body):
@@ -410,12 +462,16 @@ class _TextParse:
             if (rank := parse_int(match.group(1))) is not None:
                 self.ranks.setdefault(rank, match.group(2))
         elif match := _OUT_OF_BOUNDS.match(body):
+            self.footer_seen = True
             self.out_of_bounds = parse_int(match.group(1))
         elif match := _AVG_BUS_BW.match(body):
             self.footer_seen = True
             self.avg_bus_bandwidth = parse_float(match.group(1))
             if match.group(2) == "FAILED":
                 self.min_bw_failed_line = f"# {body}"
+        elif match := _CONCLUDED.match(body):
+            self.footer_seen = True
+            self.collective = self.collective or _collective_from_program(match.group(1))
         elif match := _LAST_NCCL_ERROR.match(body):
             if match.group(1):
                 self.last_nccl_errors.append(f"# {body}")
@@ -426,7 +482,7 @@ class _TextParse:
         verdict, errors = _verdict(
             footer_seen=self.footer_seen,
             rows_seen=bool(self.rows),
-            table_seen=self.layout is not None,
+            table_seen=self.layout is not None or self.headerless_layout is not None,
             hard_failures=self.hard_failures,
             failure_traces=self.failure_traces,
             min_bw_failed_line=self.min_bw_failed_line,
@@ -451,6 +507,7 @@ class _TextParse:
             nccl_version=self.nccl_version,
             nccl_tests_version=self.nccl_tests_version,
             validation=self.validation,
+            finished=self.footer_seen,
         )
 
 
@@ -591,6 +648,7 @@ def parse_nccl_tests_json(text: str) -> NcclTestsResult:
         nccl_tests_version=None,
         validation=bool(validation) if isinstance(validation, int) else None,
         format="json",
+        finished=footer_seen,
     )
 
 
@@ -598,7 +656,7 @@ def _json_number(value: object) -> float | None:
     # jsonDouble writes NaN as the string "nan".
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return finite_or_none(float(value))
+    return number_or_none(value)
 
 
 def _json_row(item: object) -> Row | None:
