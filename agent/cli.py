@@ -108,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
     )
     analyze.add_argument("--json", action="store_true", help="print JSON")
-    analyze.add_argument("--step", metavar="DURATION", help="range-query step (default: a quarter round)")
+    analyze.add_argument(
+        "--step", metavar="DURATION", help="width of the windows the history is read in (default: 1/8 round)"
+    )
     analyze.add_argument(
         "--allow-partial",
         action="store_true",
-        help="analyse what can be read when some results cannot be tied",
+        help="analyse what can be read on partial data (results that cannot be tied, Prometheus warnings)",
     )
 
     lab = sub.add_parser(

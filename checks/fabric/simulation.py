@@ -18,6 +18,7 @@ against its expectation. Deterministic for a given seed.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,14 @@ def play(fleet: Fleet, first: int, count: int, seed: int = 1) -> list[Round]:
     return [group.play(r) for r in range(first, first + count)]
 
 
+def shifted(rounds: Sequence[Round], by: int) -> list[Round]:
+    """The same rounds numbered ``by`` later: a group played once, exported at any time."""
+    return [
+        Round(r.round + by, [dataclasses.replace(m, round=m.round + by) for m in r.meetings], r.skipped)
+        for r in rounds
+    ]
+
+
 def node_names(n: int) -> list[str]:
     return [f"h{i + 1}" for i in range(n)]
 
@@ -167,15 +176,18 @@ def exposition_history(
     nodes: Sequence[str],
     *,
     scrape_interval: float = 15.0,
+    phase: float = 7.0,
     job: str = "clusterhealth",
     node_info: bool = True,
 ) -> dict[str, list[str]]:
     """What Prometheus would have scraped from every node's agent, as OpenMetrics sample lines
     per family (for ``promtool tsdb create-blocks-from openmetrics``).
 
-    Each node exports its current round's result with the partner's name as ``peer``: the regular
-    meeting's from ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from
-    mid-round, and nothing for a round it skipped. Both ends export a meeting.
+    Each node exports, as the agent does, the round its clock is in (from the round's start) and
+    its current round's result with the partner's name as ``peer``: the regular meeting's from
+    ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from mid-round, and
+    nothing for a round it skipped. Both ends export a meeting. Scrapes fall ``phase`` seconds
+    after each multiple of ``scrape_interval`` from the first round's start.
     """
     results: dict[tuple[str, int], list[tuple[float, str, float, bool]]] = {}
     for rnd in rounds:
@@ -191,18 +203,18 @@ def exposition_history(
     }
     if not rounds:
         return families
-    start = rounds[0].round * period + ROUND_REPORT_DELAY
+    start = rounds[0].round * period + phase
     end = (rounds[-1].round + 1) * period
     steps = int((end - start) // scrape_interval)
     for node in nodes:
         target = f'instance="{node}:9845",job="{job}"'
-        for i in range(steps + 1):
+        for i in range(steps):
             t = start + i * scrape_interval
             if node_info:
                 families["clusterhealth_node_info"].append(
                     f'clusterhealth_node_info{{{target},node="{node}"}} 1 {t:.3f}'
                 )
-            current = int((t - ROUND_REPORT_DELAY) // period)
+            current = int(t // period)
             families["clusterhealth_probe_round"].append(
                 f'clusterhealth_probe_round{{{target},probe="{probe}"}} {current} {t:.3f}'
             )
