@@ -143,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MBIT",
         help="every host link's rate (default 100 Mbit/s)",
     )
+    lab.add_argument(
+        "--restart-prometheus",
+        type=int,
+        metavar="K",
+        help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
+        "round K+1 (the series that ended meanwhile carry no staleness marker)",
+    )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
     demo = sub.add_parser("demo", help="run the agent on a simulated faulty 8-GPU node")
@@ -293,6 +300,7 @@ def _lab(args: argparse.Namespace) -> int:
         rate_mbit=args.rate,
         degrade_host=args.degrade_host,
         degrade_path=path,
+        restart_prometheus=args.restart_prometheus,
     )
     return lab.main(spec, args.json)
 
