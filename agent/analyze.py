@@ -7,21 +7,24 @@ the lookback delta (5 minutes by default) when no staleness marker ended the ser
 backfill, a restart of Prometheus, in a federated copy or a remote store, a partner's result then
 shows up again beside the next round's number, one meeting counted twice.
 
-So the window is cut into consecutive *windows* of a fraction of a round (``WINDOWS_PER_ROUND``),
+So the window is cut into consecutive *windows* of a fraction of a round (``window_width``),
 and each is read through range selectors, which hold only the samples scraped inside it:
 
 * ``max_over_time(round[w]) == min_over_time(round[w])``: the node's round in the window, given
   only when every sample of its ``clusterhealth_probe_round`` in the window has the same value;
 * ``last_over_time(bandwidth[w])``: the last result of each partner scraped in the window, and
-  ``peer_success`` where no bandwidth was exported (a run that measured nothing);
+  ``last_over_time(peer_success[w]) == 0``: the runs that did not meet their expectation (one
+  that measured nothing exports no bandwidth);
 
 A result scraped in a window belongs to the round of the same node's samples in that window (it
 came with one of them, in the same scrape), so each result is assigned to the round the exporting
 node's own ``clusterhealth_probe_round`` had when it was scraped. A window in which the node's
 round changed is left out: a result is exported for a good part of a round, so it is read from the
 windows before or after. The windows follow the group's period, read back from the latest round
-number (rounds are numbered from the Unix epoch), so the cost is per round, not per scrape; the
-range queries are cut in chunks under Prometheus's 11,000 points per series.
+number (rounds are numbered from the Unix epoch), so the cost is per round, not per scrape. The
+per-partner families are asked a few rounds at a time (a node exports a new partner's series every
+round, and Prometheus evaluates every selected series at every step), and every range query stays
+under Prometheus's 11,000 points per series.
 
 A Prometheus answer with ``warnings`` (a remote store or a federated source that did not answer)
 is partial data, like results that cannot be tied to a node: no verdict without
@@ -33,6 +36,8 @@ answering an error, no data, partial data, not enough evidence).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import re
@@ -41,6 +46,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +57,20 @@ EXIT_NO_SUSPECT, EXIT_SUSPECTS, EXIT_USAGE, EXIT_NO_VERDICT = 0, 1, 2, 3
 DEFAULT_WINDOW = "6h"
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
-# Windows a round is read in. A result stays exported from its meeting's end until the next one
-# replaces it (about half a round at the default timing); it must span a whole window in which
-# the round did not change to be read.
-WINDOWS_PER_ROUND = 8
+# The windows a round is read in. A result is read when it stays exported over a whole window
+# in which its node's round did not change. The shortest lived is the confirming meeting's, from
+# its end to the round's (at the default timing half a round less up to two minutes of runs):
+# windows as wide as that, between an eighth and a quarter of a round. Wider windows are fewer
+# points to send and decode; Prometheus reads every sample once whatever the width.
+CONFIRMING_RUNS_SECONDS = 120.0
+
+
+def window_width(period: float) -> float:
+    """The default width of the windows the history is read in, for a group's period."""
+    return min(period / 4, max(period / 8, period / 2 - CONFIRMING_RUNS_SECONDS))
+
+
+ROUNDS_PER_QUERY = 4  # rounds of per-partner series asked in one range query
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -98,7 +114,12 @@ class Prometheus:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"}
         return self._get("/api/v1/query_range", params)
 
-    def _get(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    def series(self, match: str, start: float, end: float) -> list[dict[str, Any]]:
+        """The label sets of the series with samples between start and end (no sample is read)."""
+        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        return [{"metric": labels} for labels in self._get("/api/v1/series", params, "data")]
+
+    def _get(self, path: str, params: dict[str, str], key: str = "result") -> list[dict[str, Any]]:
         url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
         began = time.perf_counter()
         try:
@@ -110,22 +131,22 @@ class Prometheus:
             reason = getattr(err, "reason", err)
             raise NoVerdict(f"cannot reach Prometheus at {self.url}: {reason}") from None
         decoding = time.perf_counter()
-        self.requests += 1
-        self.bytes_read += len(body)
-        self.seconds_waiting += decoding - began
         try:
             document = json.loads(body)
         except ValueError:
             raise NoVerdict(f"{self.url} did not answer as Prometheus's HTTP API does (not JSON)") from None
         finally:
+            self.requests += 1
+            self.bytes_read += len(body)
+            self.seconds_waiting += decoding - began
             self.seconds_decoding += time.perf_counter() - decoding
         if not isinstance(document, dict) or document.get("status") != "success":
             raise NoVerdict(f"Prometheus at {self.url} answered an error: {document!r:.200}")
         for warning in document.get("warnings") or []:
             if str(warning) not in self.warnings:
                 self.warnings.append(str(warning))
-        data = document.get("data") or {}
-        result = data.get("result")
+        data = document.get("data")
+        result = data if key == "data" else (data or {}).get(key) if isinstance(data, dict) else None
         if not isinstance(result, list):
             raise NoVerdict(f"Prometheus at {self.url} answered without a result list")
         return result
@@ -151,13 +172,16 @@ class Windows:
     def selector(self) -> str:
         return f"[{max(round(self.width * 1000), 1)}ms]"
 
-    def read(self, prometheus: Prometheus, promql: str) -> list[dict[str, Any]]:
-        """A range query evaluated at each window's end, in chunks under Prometheus's limit.
+    def read(
+        self, prometheus: Prometheus, promql: str, per_query: int = MAX_POINTS - 1
+    ) -> list[dict[str, Any]]:
+        """A range query evaluated at each window's end, in queries of at most ``per_query``
+        windows (and under Prometheus's limit of points).
 
         The steps are computed in whole milliseconds from the same origin for every query, so
         that the samples of two queries at one window carry the same timestamp."""
         end_ms, width_ms = round(self.end * 1000), max(round(self.width * 1000), 1)
-        chunk = MAX_POINTS - 1
+        chunk = max(1, min(per_query, MAX_POINTS - 1))
         merged: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
         for first in range(0, self.count, chunk):
             last = min(first + chunk, self.count) - 1
@@ -188,8 +212,7 @@ def run(
 ) -> Analysis:
     """Query Prometheus and analyse one group; NoVerdict when it cannot.
 
-    ``step`` is the width of the windows the history is read in (default: an eighth of the
-    group's period)."""
+    ``step`` is the width of the windows the history is read in (default: ``window_width``)."""
     prometheus = prometheus or Prometheus(url, timeout)
     end = time.time() if now is None else now
     selector = f"[{math.ceil(window)}s]"
@@ -202,49 +225,68 @@ def run(
             raise NoVerdict(f"several pairwise probe groups ({', '.join(names)}): choose one with --probe")
         probe = names[0]
     match = f'probe="{probe}"'
-    if step is None:
-        step = _period(prometheus, probe, match, selector, end, window) / WINDOWS_PER_ROUND
-    step = max(step, 0.001)
+    period = _period(prometheus, probe, match, selector, end, window)
+    step = max(step if step is not None else window_width(period), 0.001)
     windows = Windows(end, step, max(int(window // step), 1))
     w = windows.selector
+    # A node exports a new partner's series every round, so the per-partner families hold about
+    # N series per round of the window. Prometheus evaluates a range query at every step for
+    # every series it selected; asked a few rounds at a time, it selects only the series of those
+    # rounds (ten times less work over a day than one query over the whole window).
+    few_rounds = max(1, math.ceil(ROUNDS_PER_QUERY * period / step))
     rounds, bandwidth, success = (
         f"{analysis.ROUND}{{{match}}}{w}",
         f'{analysis.BANDWIDTH}{{{match},peer!=""}}{w}',
         f'{analysis.PEER_SUCCESS}{{{match},peer!=""}}{w}',
     )
-    # The agent's name per target: one instant query over the window, unless an agent changed its
-    # name within it; then, per window like the results.
-    node_info = prometheus.query(f"last_over_time({analysis.NODE_INFO}{selector})", end)
+    # The agent's name per target: the series over the window (labels only, no sample read),
+    # unless an agent changed its name within it; then, per window like the results.
+    node_info = prometheus.series(analysis.NODE_INFO, end - window, end)
     if len(node_info) != len({analysis.target_of(s.get("metric", {}), ("node",)) for s in node_info}):
         node_info = windows.read(prometheus, f"last_over_time({analysis.NODE_INFO}{w})")
-    reduced = analysis.reduce_series(
-        probe,
-        node_info=node_info,
-        rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
-        bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})"),
-        # Only where no bandwidth came with it: the analysis judges a measured meeting by its
-        # bandwidth, and a failed one by peer_success.
-        peer_success=windows.read(
-            prometheus, f"last_over_time({success}) unless last_over_time({bandwidth})"
-        ),
-        expected=prometheus.query(f"last_over_time({analysis.EXPECTED}{{{match}}}{selector})", end),
-    )
-    problems = [f"Prometheus answered with partial data: {warning}" for warning in prometheus.warnings]
-    problems += reduced.problems
-    if not reduced.reports and not problems:
-        raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
-    if problems and not allow_partial:
-        raise Partial("partial data (rerun with --allow-partial to analyse the rest): " + "; ".join(problems))
-    meetings = analysis.merge(reduced.reports)
-    return analysis.analyze(
-        probe,
-        meetings,
-        window_seconds=window,
-        rules=rules,
-        expected=reduced.expected,
-        nodes=reduced.nodes,
-        problems=problems,
-    )
+    with _no_collection_pauses():
+        reduced = analysis.reduce_series(
+            probe,
+            node_info=node_info,
+            rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
+            bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
+            # Only the runs that did not meet their expectation: the analysis judges a measured
+            # meeting by its bandwidth, and one that measured nothing by peer_success.
+            peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
+            expected=prometheus.query(f"last_over_time({analysis.EXPECTED}{{{match}}}{selector})", end),
+        )
+        problems = [f"Prometheus answered with partial data: {text}" for text in prometheus.warnings]
+        problems += reduced.problems
+        if not reduced.reports and not problems:
+            raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
+        if problems and not allow_partial:
+            raise Partial(
+                "partial data (rerun with --allow-partial to analyse the rest): " + "; ".join(problems)
+            )
+        meetings = analysis.merge(reduced.reports)
+        return analysis.analyze(
+            probe,
+            meetings,
+            window_seconds=window,
+            rules=rules,
+            expected=reduced.expected,
+            nodes=reduced.nodes,
+            problems=problems,
+        )
+
+
+@contextlib.contextmanager
+def _no_collection_pauses() -> Iterator[None]:
+    """A day of a thousand nodes decodes into millions of small lists, none of them in a cycle:
+    the cyclic garbage collector would walk them all again and again as they pile up (a third of
+    the decoding time), for nothing to collect."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _period(

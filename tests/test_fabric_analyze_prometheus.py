@@ -148,6 +148,20 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     met = sim.meeting_round(schedule, "h2", "h5", LAST - 10)  # at most LAST - 4: room to confirm
     add("pathfault", _group("pathfault", met, bad_paths={sim.path("h2", "h5"): 0.5}))
     add("fewrounds", _group("fewrounds", first=LAST - 1))
+    # Agents of their own (instances renamed-hI), h1's renamed h1b halfway: each result goes to
+    # the name the agent had then.
+    renamed = sim.exposition_history(
+        "renamed", sim.shifted(_group("renamed"), shift), PERIOD, sim.node_names(N), scrape_interval=SCRAPE
+    )
+    halfway = (LAST - COUNT // 2 + 1 + shift) * PERIOD
+    for name, lines in renamed.items():
+        for line in lines:
+            line = line.replace('instance="h', 'instance="renamed-h')
+            if float(line.rsplit(" ", 1)[1]) >= halfway:
+                line = line.replace('node="h1"', 'node="h1b"')
+            families.setdefault(name, []).append(line)
+    # A node nobody can reach: its runs measure nothing, only peer_success 0 is exported.
+    add("unreachable", _group("unreachable", LAST - 3, bad_hosts={"h4": 0.0}))
     add("partial", _group("partial"))
     # One more agent of the "partial" group whose node_info Prometheus never got.
     stray = sim.exposition_history(
@@ -258,6 +272,31 @@ def test_host_table_names_the_suspect(prometheus: str) -> None:
     header = next(i for i, line in enumerate(lines) if line.startswith("SUSPECT"))
     suspect, kind, ratio = lines[header + 1].split()[:3]
     assert (suspect, kind) == ("h3", "host") and 0.45 <= float(ratio) <= 0.55
+
+
+def test_a_node_nobody_can_reach_is_named_from_its_failed_runs(prometheus: str) -> None:
+    code, result = _json(prometheus, "unreachable")
+    assert code == 1
+    assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("host", "h4")]
+    evidence = result["suspects"][0]["evidence"]
+    assert {m["result"] for m in evidence["meetings"]} == {"failed"} and len(evidence["partners"]) >= 3
+
+
+def test_an_agent_renamed_in_the_window_has_each_result_under_the_name_it_had(prometheus: str) -> None:
+    code, result = _json(prometheus, "renamed")
+    assert (code, result["suspects"]) == (0, [])
+    # h1, and h1b from halfway. Its partners still call it h1, so from halfway each of its
+    # meetings is read twice, once under each name; before, once.
+    assert result["nodes"] == N + 1
+    half = LAST - COUNT // 2 + 1
+    renamed = sum(
+        1
+        for rnd in PLAYED["renamed"]
+        if rnd.round >= half
+        for m in rnd.meetings
+        if "h1" in (m.server, m.client)
+    )
+    assert result["meetings"] == _played("renamed") + renamed
 
 
 def test_too_few_rounds_is_not_enough_evidence(prometheus: str) -> None:

@@ -500,19 +500,23 @@ def reduce_series(
         else:
             names[target] = node
 
-    def name(target: Target, t: float) -> str | None:
-        at = named_at.get(target)
-        return at.get(t) if at is not None else names.get(target)
-
-    round_at: dict[Target, dict[float, int]] = {}
+    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
+    # wrote them (a time, a text), and only what is kept is converted.
+    round_at: dict[Target, dict[Any, int]] = {}
+    as_round: dict[Any, int | None] = {}
     for series in rounds:
         labels = series.get("metric", {})
         if labels.get("probe") != probe:
             continue
         steps = round_at.setdefault(target_of(labels, ("probe",)), {})
-        for t, v in _points(series):
-            if math.isfinite(v):
-                steps[t] = int(v)
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
+                if r is not None:
+                    steps[t] = r
+            except (TypeError, IndexError, KeyError):
+                continue
 
     found: dict[tuple[int, str, str], list[Any]] = {}
     untied: dict[Target, str] = {}
@@ -532,13 +536,23 @@ def reduce_series(
         if steps is None:
             untied[target] = f"{_show(target)} exports {probe} results without {ROUND}"
             return
-        for t, v in _points(series):
-            r, node = steps.get(t), name(target, t)
+        fixed, at = names.get(target), named_at.get(target)
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = steps.get(t)
+            except (TypeError, IndexError, KeyError):
+                continue
+            node = fixed if at is None else at.get(t)
             if r is None or node is None:
                 continue  # the round (or the name) changed in this window
-            entry = found.setdefault((r, node, peer), [None, None, t, t])
-            entry[slot] = v
-            entry[2], entry[3] = min(entry[2], t), max(entry[3], t)
+            key = (r, node, peer)
+            entry = found.get(key)
+            if entry is None:
+                found[key] = [None, None, t, t]
+                entry = found[key]
+            entry[slot] = text
+            entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
 
     for series in bandwidth:
         add(series, 0)
@@ -546,10 +560,14 @@ def reduce_series(
         add(series, 1)
 
     reports = []
-    for (r, node, peer), (bw, ok, first, last) in found.items():
-        bandwidth_value = bw if bw is not None and math.isfinite(bw) and bw > 0 else None
-        success = None if ok is None or not math.isfinite(ok) else ok >= 0.5
-        reports.append(Report(r, node, peer, bandwidth_value, success, first, last))
+    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
+        bw, ok = _number(bw_text), _number(ok_text)
+        bandwidth_value = bw if bw is not None and bw > 0 else None
+        success = None if ok is None else ok >= 0.5
+        seen, until = _number(first), _number(last)
+        if seen is None or until is None:
+            continue
+        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
     exporting = {names[t] for t in round_at if t in names}
     exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
     expectations = [
@@ -569,11 +587,28 @@ def reduce_series(
 
 def target_of(labels: Mapping[str, str], own: tuple[str, ...]) -> Target:
     """The scrape target a series came from: its labels but the metric's name and its own."""
-    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in own))
+    rest = dict(labels)
+    for name in ("__name__", *own):
+        rest.pop(name, None)
+    return tuple(sorted(rest.items()))
 
 
 def _show(target: Target) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in target) + "}"
+
+
+def _number(text: Any) -> float | None:
+    """A finite number from Prometheus's text of it; None for anything else (NaN, garbage)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _whole(text: Any) -> int | None:
+    value = _number(text)
+    return None if value is None else int(value)
 
 
 def _points(series: Mapping[str, Any]) -> list[tuple[float, float]]:
