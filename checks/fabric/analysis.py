@@ -1,7 +1,7 @@
 """Which host, or which path between two hosts, makes a pairwise group fall short.
 
-Input: the Fabric series of SPEC as a range query returns them (``reduce_series``), reduced to
-*meetings*: (round, the two nodes, the bandwidth measured, whether it met its expectation). Both
+Input: the Fabric series of SPEC as agent/analyze.py reads them from Prometheus, window by
+window as scraped (``reduce_series``), reduced to *meetings*: (round, the two nodes, the bandwidth measured, whether it met its expectation). Both
 ends may report a meeting; their reports are merged (the better one wins, so a lost or garbled
 report can only hide a shortfall, never invent one).
 
@@ -449,7 +449,7 @@ def _time(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# --- from Prometheus range queries -------------------------------------------------------------
+# --- from Prometheus's answers -----------------------------------------------------------------
 
 
 Target = tuple[tuple[str, str], ...]  # a scrape target's labels (instance, job, ...), sorted
