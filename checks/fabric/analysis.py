@@ -1,9 +1,10 @@
 """Which host, or which path between two hosts, makes a pairwise group fall short.
 
 Input: the Fabric series of SPEC as agent/analyze.py reads them from Prometheus, window by
-window as scraped (``reduce_series``), reduced to *meetings*: (round, the two nodes, the bandwidth measured, whether it met its expectation). Both
-ends may report a meeting; their reports are merged (the better one wins, so a lost or garbled
-report can only hide a shortfall, never invent one).
+window as scraped (``reduce_series``), reduced to *meetings*: (round, the two nodes, the bandwidth
+measured, whether it met its expectation). Both ends may report a meeting; their reports are
+merged (the better one wins, so a lost or garbled report can only hide a shortfall, never invent
+one).
 
 Output (``analyze``): suspects, by two rules, and nothing else names anyone.
 
