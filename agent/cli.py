@@ -127,11 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
     )
     analyze.add_argument("--json", action="store_true", help="print JSON")
-    analyze.add_argument("--step", metavar="DURATION", help="range-query step (default: a quarter round)")
+    analyze.add_argument(
+        "--step", metavar="DURATION", help="width of the windows the history is read in (default: 1/8 round)"
+    )
     analyze.add_argument(
         "--allow-partial",
         action="store_true",
-        help="analyse what can be read when some results cannot be tied",
+        help="analyse what can be read on partial data (results that cannot be tied, Prometheus warnings)",
     )
 
     lab = sub.add_parser(
@@ -159,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=100.0,
         metavar="MBIT",
         help="every host link's rate (default 100 Mbit/s)",
+    )
+    lab.add_argument(
+        "--restart-prometheus",
+        type=int,
+        metavar="K",
+        help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
+        "round K+1 (the series that ended meanwhile carry no staleness marker)",
     )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
@@ -360,6 +369,7 @@ def _lab(args: argparse.Namespace) -> int:
         rate_mbit=args.rate,
         degrade_host=args.degrade_host,
         degrade_path=path,
+        restart_prometheus=args.restart_prometheus,
     )
     return lab.main(spec, args.json)
 

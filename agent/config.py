@@ -409,8 +409,10 @@ def _check_groups(groups: tuple[PairwiseGroupConfig, ...]) -> str | None:
             return f"members or members_file, not both ({where} has both)"
         if (problem := group.timing().problem()) is not None:
             return f"{problem} ({where} has period_seconds {group.period_seconds:g})"
-    if len(set(names)) != len(names):
-        return "group names to be unique"
+        if group.name in names[:i]:
+            # Two groups of one name would export one probe label and share one state file.
+            first = names.index(group.name)
+            return f"group names to be unique (pairwise_groups[{first}] and [{i}] are both {group.name})"
     return None
 
 

@@ -15,7 +15,9 @@ every address inside its own namespaces):
   alternates);
 * a real agent per host namespace (``clusterhealth agent``, node name hI) with one iperf3 pairwise
   group, its members file written as an inventory tool would;
-* the Debian Prometheus scraping the agents every second.
+* the Debian Prometheus scraping the agents every second; ``--restart-prometheus K`` stops it three
+  quarters into round K and starts it again a quarter into round K+1, so that the series that
+  ended meanwhile (the partners of round K) carry no staleness marker.
 
 It waits for the first round that starts with every agent up, lets K rounds go by, runs `analyze`
 (in-process, from the switch namespace) after each, and prints the last verdict: the table or the
@@ -89,6 +91,7 @@ class LabSpec:
     # N-1 rounds; the pair that meets first makes the shortest lab).
     degrade_path: tuple[str, str] | str | None = None
     factor: float = 0.5  # of the common rate, for the degraded host or path
+    restart_prometheus: int | None = None  # the round across whose end Prometheus is restarted
 
     def problem(self) -> str | None:
         """None when the lab can be built as asked; otherwise what was expected."""
@@ -107,6 +110,8 @@ class LabSpec:
                 return f"--degrade-path: expected two different hosts among h1..h{self.hosts}, as hA-hB"
         if not 1 <= self.rate_mbit <= 10_000:
             return "--rate: expected 1 to 10000 Mbit/s"
+        if self.restart_prometheus is not None and not 1 <= self.restart_prometheus < self.rounds:
+            return "--restart-prometheus: expected a round before the last, from 1 to --rounds - 1"
         return None
 
     def expected_suspect(self, path: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -387,18 +392,38 @@ class Lab:
                 }
             )
         )
+        self._start_prometheus(prometheus_yml)
+        self._wait_until_up()
+
+    def _start_prometheus(self, config: Path) -> None:
+        assert self.workdir is not None
         prometheus = [
             self.tools["prometheus"],
-            f"--config.file={prometheus_yml}",
+            f"--config.file={config}",
             f"--storage.tsdb.path={self.workdir / 'tsdb'}",
             f"--web.listen-address={SWITCH_ADDRESS}:{PROMETHEUS_PORT}",
             "--log.level=warn",
         ]
         self._spawn("prometheus", self.switch, prometheus, self.workdir / "prometheus.log")
-        self._wait_until_up(targets)
+
+    def _restart_prometheus(self, stop_at: float, start_at: float) -> dict[str, Any]:
+        """Stop Prometheus at ``stop_at`` and start it again on the same data at ``start_at``."""
+        assert self.workdir is not None
+        self._sleep_until(stop_at)
+        (running,) = [p for p in self.processes if p.name == "prometheus"]
+        os.killpg(running.popen.pid, signal.SIGTERM)
+        running.popen.wait(30)
+        self.processes.remove(running)
+        stopped = time.time()
+        self.say(f"lab {self.prefix}: Prometheus stopped")
+        self._sleep_until(start_at)
+        self._start_prometheus(self.workdir / "prometheus.yml")
+        self._wait_until_up()
+        self.say(f"lab {self.prefix}: Prometheus started again on the same data")
+        return {"stopped": round(stopped, 3), "started": round(time.time(), 3)}
 
     def _spawn(self, name: str, ns: str, argv: list[str], log_path: Path) -> None:
-        with log_path.open("wb") as out:
+        with log_path.open("ab") as out:
             # A session of its own: a Ctrl-C at the terminal reaches the lab, which stops them in order.
             process = subprocess.Popen(
                 [self.tools["ip"], "netns", "exec", ns, *argv],
@@ -413,7 +438,8 @@ class Lab:
     def prometheus_url(self) -> str:
         return f"http://{SWITCH_ADDRESS}:{PROMETHEUS_PORT}"
 
-    def _wait_until_up(self, targets: list[str], timeout: float = 60) -> None:
+    def _wait_until_up(self, timeout: float = 60) -> None:
+        targets = self.spec.hosts
         deadline = time.monotonic() + timeout
         query = self.prometheus_url + "/api/v1/query?query=sum(up%7Bjob%3D%22clusterhealth%22%7D)"
         while True:
@@ -425,8 +451,8 @@ class Lab:
                 return float(result[0]["value"][1]) if result else 0.0
 
             try:
-                if in_namespace(self.switch, scraped) == len(targets):
-                    self.say(f"lab {self.prefix}: {len(targets)} agents up, Prometheus scraping them")
+                if in_namespace(self.switch, scraped) == targets:
+                    self.say(f"lab {self.prefix}: {targets} agents up, Prometheus scraping them")
                     return
             except (OSError, ValueError, KeyError):
                 pass
@@ -446,12 +472,17 @@ class Lab:
         history: list[dict[str, Any]] = []
         last: analysis.Analysis | None = None
         why: str | None = None
+        restarted: dict[str, Any] | None = None
         for k in range(1, self.spec.rounds + 1):
+            if k == self.spec.restart_prometheus:
+                # Down across the round's end: the partners' series of round k end while nobody
+                # scrapes, so no staleness marker ends them. The verdict after round k waits for it.
+                restarted = self._restart_prometheus(
+                    (first + k - 1 + 0.75) * period, (first + k + 0.25) * period
+                )
+                restarted["round"] = k
             # After the round's end, once Prometheus has scraped the last results.
-            until = (first + k) * period + 2 * SCRAPE_SECONDS + 0.5
-            while (remaining := until - time.time()) > 0:
-                self._check_processes()
-                time.sleep(min(remaining, 1.0))
+            self._sleep_until((first + k) * period + 2 * SCRAPE_SECONDS + 0.5)
             try:
                 last = in_namespace(self.switch, lambda: self._analyze(first))
                 why = last.not_enough_evidence
@@ -476,6 +507,8 @@ class Lab:
             "first_round": first,
             "history": history,
         }
+        if restarted is not None:
+            report["prometheus_restarted"] = restarted
         expected = self.spec.expected_suspect(path)
         if expected is not None:
             kind, suspect = expected
@@ -495,6 +528,11 @@ class Lab:
         # starting (a round they played while Prometheus was not yet up would count).
         window = time.time() - (first * self.spec.period + 2 * SCRAPE_SECONDS)
         return analyzing.run(self.prometheus_url, GROUP, window, step=SCRAPE_SECONDS)
+
+    def _sleep_until(self, until: float) -> None:
+        while (remaining := until - time.time()) > 0:
+            self._check_processes()
+            time.sleep(min(remaining, 1.0))
 
     def _check_processes(self) -> None:
         for process in self.processes:
@@ -546,7 +584,10 @@ def main(spec: LabSpec, as_json: bool) -> int:
     def interrupted(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Both installed before anything is built: a lab started from a background job inherits
+    # SIGINT ignored, and Python then leaves it ignored.
     previous = signal.signal(signal.SIGTERM, interrupted)
+    previous_int = signal.signal(signal.SIGINT, interrupted)
     try:
         lab.build()
         lab.start()
@@ -565,7 +606,7 @@ def main(spec: LabSpec, as_json: bool) -> int:
             lab.cleanup()
             lab.say(f"lab {lab.prefix}: cleaned up")
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous)
     summary = _summary(report)
     if as_json:

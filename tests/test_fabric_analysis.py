@@ -276,3 +276,209 @@ def test_reduce_series_ties_results_to_node_names_and_rounds() -> None:
     assert result.expected == 1.25e9
     target = '{instance="10.0.0.3:9845", job="clusterhealth"}'
     assert result.problems == [f"{target} exports fabric results but no clusterhealth_node_info"]
+
+
+# --- who gets blamed: small hand-made tables, each with its verdict ------------------------------
+
+
+def _table(text: str) -> list[Meeting]:
+    """One meeting per line: round, the two ends, Gbit/s (10 is the group's speed) or 'failed'."""
+    meetings = []
+    for line in filter(str.strip, text.splitlines()):
+        r, a, b, gbit = line.split()
+        meetings.append(_meeting(int(r), a, b, None if gbit == "failed" else float(gbit)))
+    return meetings
+
+
+def _verdict(text: str, **rules: int) -> Analysis:
+    meetings = _table(text)
+    rounds = len({m.round for m in meetings})
+    return analyze("fabric", meetings, window_seconds=rounds * PERIOD, rules=Rules(**rules))
+
+
+# x falls short with a, b and c in a row. c's nearest meetings with others (two before, two
+# after) are FINE: e 10, f 5, g 10, h {c_h}: with c_h = 5, c was bad half the time.
+HALF_BAD_PARTNER = """
+1 x a 5
+1 c e 10
+1 b d 10
+2 x b 5
+2 c f 5
+2 a d 10
+3 x c 5
+3 a e 10
+3 b f 10
+4 c g 10
+4 a h 10
+4 b e 10
+5 c h {c_h}
+5 a f 10
+5 b g 10
+"""
+
+
+def test_a_partner_bad_half_the_time_is_not_clean() -> None:
+    result = _verdict(HALF_BAD_PARTNER.format(c_h=5))
+    assert result.suspects == [], "c was bad half the time: x has two clean partners, not three"
+    (leaning,) = [s for s in result.unconfirmed if s.kind == "host"]
+    assert leaning.hosts == ("x",) and leaning.evidence["partners"] == ["a", "b"]
+    # The same table with c fine three times in four: x is named on the word of a, b and c.
+    named = _verdict(HALF_BAD_PARTNER.format(c_h=10))
+    assert _names(named.suspects) == {("host", "x")}
+    assert named.suspects[0].evidence["partners"] == ["a", "b", "c"]
+
+
+def test_a_host_is_not_named_on_the_word_of_partners_that_were_not_clean() -> None:
+    # c is a bad host, short with everyone; x had two unlucky meetings before it met c. The
+    # verdict is c alone: x's third partner was c, who was not clean then.
+    result = _verdict(
+        """
+        1 c d 5
+        1 x a 5
+        1 b e 10
+        2 c e 5
+        2 x b 5
+        2 a d 10
+        3 c x 5
+        3 a e 10
+        3 b d 10
+        4 c f 5
+        4 a b 10
+        4 d e 10
+        5 a f 10
+        5 d x 10
+        5 b e 10
+        """
+    )
+    assert _names(result.suspects) == {("host", "c")}
+    assert result.suspects[0].evidence["partners"] == ["d", "e", "f"], "x was not clean either"
+
+
+# p and q fall short in two meetings in a row (a meeting and its confirmation). p is fine with
+# a and b; q with c and, when Q_FINE_WITH_D, d too.
+PATH = """
+1 p q 5
+1 a b 10
+1 c d 10
+2 p q 5
+2 a c 10
+2 b d 10
+3 p a 10
+3 q c 10
+3 b d 10
+4 p b 10
+4 q {q4} 10
+4 a c 10
+"""
+
+
+def test_a_path_is_named_only_when_both_ends_had_enough_fine_partners() -> None:
+    result = _verdict(PATH.format(q4="c"))  # q fine with c twice: one partner
+    assert result.suspects == []
+    (single,) = result.unconfirmed
+    assert (single.kind, single.name) == ("path", "p<->q")
+    assert single.evidence["fine_partners"] == {"p": 2, "q": 1}
+    assert "at least 2 other partners" in single.evidence["why_unconfirmed"]
+    named = _verdict(PATH.format(q4="d"))
+    assert _names(named.suspects) == {("path", "p<->q")}
+    assert named.suspects[0].evidence["fine_partners"] == {"p": 2, "q": 2}
+
+
+def test_a_path_end_with_as_many_short_meetings_as_fine_ones_is_not_clean() -> None:
+    # p is fine with a and b and short with c and d besides q: not clean, so no path.
+    table = PATH.format(q4="d") + "5 p c 5\n6 p d 5\n5 a b 10\n6 a b 10\n"
+    assert _verdict(table).suspects == []
+    assert _names(_verdict(table.replace("6 p d 5", "6 p d 10")).suspects) == {("path", "p<->q")}
+
+
+HOST_IN_THREE_ROUNDS = """
+1 x a 5
+1 b c 10
+1 d e 10
+2 x b 5
+2 a c 10
+2 d f 10
+3 x c 5
+3 a e 10
+3 b d 10
+"""
+
+
+def test_exactly_min_rounds_rounds_give_a_verdict() -> None:
+    result = _verdict(HOST_IN_THREE_ROUNDS)
+    assert result.rounds == 3 and result.not_enough_evidence is None
+    assert _names(result.suspects) == {("host", "x")}
+    assert _verdict(HOST_IN_THREE_ROUNDS, min_rounds=4).not_enough_evidence == (
+        "3 rounds of probe fabric in the window, at least 4 needed"
+    )
+
+
+def test_a_meeting_exactly_at_the_threshold_is_not_short() -> None:
+    # 8 of 10 Gbit/s is exactly 0.8 of the reference: fine. Just below it, x is named.
+    at = _verdict(HOST_IN_THREE_ROUNDS.replace(" 5\n", " 8\n"))
+    assert at.reference == 10 * GBIT and at.reference_excludes == ()
+    assert at.suspects == [] and at.unconfirmed == []
+    below = _verdict(HOST_IN_THREE_ROUNDS.replace(" 5\n", " 7.99\n"))
+    assert _names(below.suspects) == {("host", "x")}
+
+
+def test_a_hosts_evidence_is_its_latest_run_that_names_it() -> None:
+    # Two runs of three short meetings, fine meetings between them: the latest is the evidence.
+    table = (
+        HOST_IN_THREE_ROUNDS
+        + """
+        4 x d 10
+        4 a b 10
+        5 x e 10
+        5 c d 10
+        6 x f 5
+        6 a b 10
+        7 x d 5
+        7 b c 10
+        8 x a 5
+        8 c e 10
+        """
+    )
+    result = _verdict(table)
+    (host,) = result.suspects
+    assert host.evidence["rounds"] == [6, 7, 8] and host.evidence["ongoing"] is True
+    assert host.evidence["partners"] == ["f", "d", "a"]
+    # A later short meeting that names nobody does not replace the run that does.
+    result = _verdict(table.replace("7 x d 5", "7 x d 10").replace("8 x a 5", "8 x a 10"))
+    (host,) = result.suspects
+    assert host.evidence["rounds"] == [1, 2, 3] and host.evidence["ongoing"] is False
+
+
+# --- small groups --------------------------------------------------------------------------------
+
+
+def test_one_slow_host_of_four_is_that_host_at_its_own_speed_not_a_slow_fleet() -> None:
+    # In a group of four the slow host takes part in half the meetings: the median of all meetings
+    # would land between its speed and the others' (a ratio of 0.67, and a "fleet" at 75 %).
+    nodes = sim.node_names(4)
+    meetings = [
+        _meeting(m.round, m.a, m.b, 5.0) if "h2" in (m.a, m.b) else m for m in _round_robin(nodes, 0, 5)
+    ]
+    result = analyze("fabric", meetings, window_seconds=5 * PERIOD, expected=10 * GBIT)
+    assert result.reference == 10 * GBIT and result.reference_excludes == ("h2",)
+    assert not result.fleet_slowdown
+    (host,) = result.suspects
+    assert host.hosts == ("h2",) and host.evidence["median_ratio"] == 0.5
+    # Five rounds of a group of four: h2 met two of its partners twice. Each is listed once.
+    short_with = host.evidence["short_with"]
+    assert sorted(p["peer"] for p in short_with) == ["h1", "h3", "h4"]
+    assert sorted(p["meetings"] for p in short_with) == [1, 2, 2]
+    table = render_table(result)
+    assert "FLEET-WIDE SLOWDOWN" not in table and "without the meetings of h2" in table
+    row = next(line for line in table.splitlines() if line.startswith("h2 "))
+    for peer in ("h1", "h3", "h4"):
+        assert row.count(f"{peer} ") == 1, row
+    assert "(2 meetings)" in row
+
+
+def test_a_slow_fleet_is_still_one_finding_with_its_reference() -> None:
+    nodes = sim.node_names(4)
+    meetings = [_meeting(m.round, m.a, m.b, 6.0, True) for m in _round_robin(nodes, 0, 5)]
+    result = analyze("fabric", meetings, window_seconds=5 * PERIOD, expected=10 * GBIT)
+    assert result.fleet_slowdown and result.suspects == [] and result.reference == 6 * GBIT
+    assert result.to_dict()["fleet"] == {"slowdown": True, "median_to_expected_ratio": 0.6}

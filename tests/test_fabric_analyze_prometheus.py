@@ -2,12 +2,15 @@
 
 The results are what agents would have exported (checks/fabric/simulation.py plays the real
 schedule), written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from openmetrics`
-into a fresh data directory, and served by the Debian `prometheus` on a free port. Backfilled
-data carries no staleness markers, which real scraping writes when a series disappears (so that
-a partner's result is never read beside the next round's number); the test server's lookback is
-the scrape interval, so that a dropped series ends there as it would and every step still finds
-the latest scrape (a shorter lookback leaves a gap in which a whole query, its steps all at one
-phase of the scrape grid, finds nothing).
+into a fresh data directory, and served by the Debian `prometheus` on a free port, with its
+default lookback (5 minutes, longer than a round here). Backfilled data carries no staleness
+markers (nor do series that vanished while Prometheus was down, federated copies or some remote
+stores): an evaluated range query would show a partner's result again beside the next round's
+number, one meeting counted twice. `analyze` reads samples as scraped, so every meeting counts
+once.
+
+A second Prometheus serves a copy of the same blocks with a remote store that does not answer:
+its answers carry `warnings` (partial data).
 """
 
 from __future__ import annotations
@@ -20,16 +23,19 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from clusterhealth.agent import analyze as analyzing
 from clusterhealth.checks.fabric import simulation as sim
 from tests.conftest import CLUSTERHEALTH
 
-PERIOD = 120.0
+PERIOD = 120.0  # at most the lookback delta (300 s): a result would be read again in the next round
 SCRAPE = 15.0
 N = 8
+NOISY = 200  # nodes of the groups with single spurious shorts
 
 
 def _tool(name: str) -> str:
@@ -45,56 +51,145 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The groups are played with these round numbers and moved to the last hour when exported, so
+# that the data is the same on every run (the pairings depend on the round number).
+BASE, COUNT = 1_000_000, 30
+LAST = BASE + COUNT - 1
+PLAYED: dict[str, list[sim.Round]] = {}  # the rounds each group played, by probe name
+SHIFT: list[int] = []  # how far they were moved
+
+
 def _group(
     probe: str,
-    first: int,
-    count: int,
-    fault_from: int,
+    fault_from: int | None = None,
     bad_hosts: dict[str, float] | None = None,
     bad_paths: dict[frozenset[str], float] | None = None,
-    node_info: bool = True,
-) -> dict[str, list[str]]:
-    nodes = sim.node_names(N)
-    fleet = sim.Fleet(nodes, seed=probe, period=PERIOD, p_busy=0)
+    *,
+    first: int = BASE,
+    n: int = N,
+    seed: str | None = None,
+    **noise: float,
+) -> list[sim.Round]:
+    fleet = sim.Fleet(sim.node_names(n), seed=seed or probe, period=PERIOD, **{"p_busy": 0.0, **noise})
     group = sim.Group(fleet, random.Random(3))
     rounds = []
-    for r in range(first, first + count):
+    for r in range(first, LAST + 1):
         if r == fault_from:
             fleet.bad_hosts.update(bad_hosts or {})
             fleet.bad_paths.update(bad_paths or {})
         rounds.append(group.play(r))
-    return sim.exposition_history(probe, rounds, PERIOD, nodes, scrape_interval=SCRAPE, node_info=node_info)
+    PLAYED.setdefault(probe, rounds)
+    return rounds
+
+
+def _unconfirmed_singles(rounds: list[sim.Round]) -> int:
+    """Short regular meetings whose pair did not meet again in the next round: an evaluated range
+    query would show each again beside the next round's number, a second short meeting."""
+    confirmed = {
+        (m.round, frozenset((m.server, m.client))) for rnd in rounds for m in rnd.meetings if m.confirming
+    }
+    return sum(
+        1
+        for rnd in rounds[:-1]
+        for m in rnd.meetings
+        if m.short and not m.confirming and (m.round + 1, frozenset((m.server, m.client))) not in confirmed
+    )
+
+
+def _serve(server: str, root: Path, data: Path, config: str) -> tuple[subprocess.Popen[bytes], str]:
+    (root / f"{data.name}.yml").write_text(config)
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            server,
+            f"--config.file={root / f'{data.name}.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(root / f"{data.name}.log").open("w"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+                if response.status == 200:
+                    return process, url
+        except OSError:
+            time.sleep(0.1)
+    process.terminate()
+    pytest.fail(f"prometheus did not become ready: {(root / f'{data.name}.log').read_text()[-2000:]}")
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     promtool, server = _tool("promtool"), _tool("prometheus")
     root = tmp_path_factory.mktemp("prometheus")
-    count = 30
-    last = int(time.time() // PERIOD) - 2  # the data ends a few minutes before now
-    first = last - count + 1
+    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
+    SHIFT.append(shift)
     families: dict[str, list[str]] = {}
 
-    def add(part: dict[str, list[str]]) -> None:
+    def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
+        part = sim.exposition_history(
+            probe,
+            sim.shifted(rounds, shift),
+            PERIOD,
+            sim.node_names(n),
+            scrape_interval=SCRAPE,
+            node_info=node_info,
+        )
         for name, lines in part.items():
             families.setdefault(name, []).extend(lines)
+        return part
 
-    add(_group("healthy", first, count, fault_from=last + 1))
-    add(_group("hostfault", first, count, fault_from=last - 2, bad_hosts={"h3": 0.5}))
+    add("healthy", _group("healthy"))
+    add("hostfault", _group("hostfault", LAST - 2, bad_hosts={"h3": 0.5}))
     # The bad path starts the round before h2 and h5 meet, so their meeting and its confirmation
     # fall in the data.
     schedule = sim.Group(sim.Fleet(sim.node_names(N), seed="pathfault"), random.Random(0)).schedule
-    met = sim.meeting_round(schedule, "h2", "h5", last - 10)  # at most last - 4: room to confirm
-    add(_group("pathfault", first, count, fault_from=met, bad_paths={sim.path("h2", "h5"): 0.5}))
-    add(_group("fewrounds", last - 1, 2, fault_from=last + 1))
-    partial = _group("partial", first, count, fault_from=last + 1)
-    add(partial)
+    met = sim.meeting_round(schedule, "h2", "h5", LAST - 10)  # at most LAST - 4: room to confirm
+    add("pathfault", _group("pathfault", met, bad_paths={sim.path("h2", "h5"): 0.5}))
+    add("fewrounds", _group("fewrounds", first=LAST - 1))
+    # Agents of their own (instances renamed-hI), h1's renamed h1b halfway: each result goes to
+    # the name the agent had then.
+    renamed = sim.exposition_history(
+        "renamed", sim.shifted(_group("renamed"), shift), PERIOD, sim.node_names(N), scrape_interval=SCRAPE
+    )
+    halfway = (LAST - COUNT // 2 + 1 + shift) * PERIOD
+    for name, lines in renamed.items():
+        for line in lines:
+            line = line.replace('instance="h', 'instance="renamed-h')
+            if float(line.rsplit(" ", 1)[1]) >= halfway:
+                line = line.replace('node="h1"', 'node="h1b"')
+            families.setdefault(name, []).append(line)
+    # A node nobody can reach: its runs measure nothing, only peer_success 0 is exported.
+    add("unreachable", _group("unreachable", LAST - 3, bad_hosts={"h4": 0.0}))
+    add("partial", _group("partial"))
     # One more agent of the "partial" group whose node_info Prometheus never got.
-    stray = _group("partial", first, count, fault_from=last + 1, node_info=False)
+    stray = sim.exposition_history(
+        "partial",
+        sim.shifted(PLAYED["partial"], shift),
+        PERIOD,
+        sim.node_names(N),
+        scrape_interval=SCRAPE,
+        node_info=False,
+    )
     for name, lines in stray.items():
         families.setdefault(name, []).extend(
             line.replace('instance="h1:9845"', 'instance="stray:9845"') for line in lines if "h1:9845" in line
         )
+    # 200 nodes whose only faults are single short runs (2 %), some never played again in the
+    # next round because an end was busy then (5 %); the same noise with a bad host and a bad path
+    # confirmed by its second meeting.
+    noise = {"p_short": 0.02, "p_busy": 0.05}
+    add("noise", _group("noise", n=NOISY, **noise), NOISY)
+    noisy = sim.Group(sim.Fleet(sim.node_names(NOISY), seed="noise"), random.Random(0)).schedule
+    partner = noisy.partner("h2", LAST - 8)
+    assert partner is not None
+    bad_path = {sim.path("h2", partner.other("h2")): 0.5}
+    faults = _group("noisefaults", LAST - 8, {"h3": 0.5}, bad_path, n=NOISY, seed="noise", **noise)
+    add("noisefaults", faults, NOISY)
     source = root / "data.om"
     source.write_text(sim.openmetrics(families))
     data = root / "tsdb"
@@ -103,36 +198,36 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    config = root / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
-    port = _free_port()
-    process = subprocess.Popen(
-        [
+    # The same blocks behind a remote store that refuses connections: Prometheus answers every
+    # query with what it has and a warning.
+    shutil.copytree(data, root / "partial-tsdb")
+    dead = f"http://127.0.0.1:{_free_port()}/api/v1/read"
+    served = [
+        _serve(server, root, data, "global:\n  scrape_interval: 15s\nscrape_configs: []\n"),
+        _serve(
             server,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-            f"--query.lookback-delta={int(SCRAPE)}s",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(root / "prometheus.log").open("w"),
-    )
-    url = f"http://127.0.0.1:{port}"
+            root,
+            root / "partial-tsdb",
+            f"scrape_configs: []\nremote_read:\n  - url: {dead}\n    read_recent: true\n",
+        ),
+    ]
     try:
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"prometheus did not become ready: {(root / 'prometheus.log').read_text()[-2000:]}")
-        yield url
+        yield Servers(served[0][1], served[1][1])
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        for process, _ in served:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class Servers:
+    url: str  # the backfilled blocks
+    partial: str  # the same, answering with warnings
+
+
+@pytest.fixture(scope="module")
+def prometheus(servers: Servers) -> str:
+    return servers.url
 
 
 def _analyze(*args: str) -> subprocess.CompletedProcess[str]:
@@ -182,6 +277,31 @@ def test_host_table_names_the_suspect(prometheus: str) -> None:
     assert (suspect, kind) == ("h3", "host") and 0.45 <= float(ratio) <= 0.55
 
 
+def test_a_node_nobody_can_reach_is_named_from_its_failed_runs(prometheus: str) -> None:
+    code, result = _json(prometheus, "unreachable")
+    assert code == 1
+    assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("host", "h4")]
+    evidence = result["suspects"][0]["evidence"]
+    assert {m["result"] for m in evidence["meetings"]} == {"failed"} and len(evidence["partners"]) >= 3
+
+
+def test_an_agent_renamed_in_the_window_has_each_result_under_the_name_it_had(prometheus: str) -> None:
+    code, result = _json(prometheus, "renamed")
+    assert (code, result["suspects"]) == (0, [])
+    # h1, and h1b from halfway. Its partners still call it h1, so from halfway each of its
+    # meetings is read twice, once under each name; before, once.
+    assert result["nodes"] == N + 1
+    half = LAST - COUNT // 2 + 1
+    renamed = sum(
+        1
+        for rnd in PLAYED["renamed"]
+        if rnd.round >= half
+        for m in rnd.meetings
+        if "h1" in (m.server, m.client)
+    )
+    assert result["meetings"] == _played("renamed") + renamed
+
+
 def test_too_few_rounds_is_not_enough_evidence(prometheus: str) -> None:
     code, result = _json(prometheus, "fewrounds")
     assert code == 3
@@ -195,6 +315,72 @@ def test_partial_data_is_named_and_can_be_analysed_anyway(prometheus: str) -> No
     assert "no clusterhealth_node_info" in done.stderr
     code, result = _json(prometheus, "partial", "--allow-partial")
     assert code == 0 and result["suspects"] == [] and len(result["problems"]) == 1
+    assert result["partial"] is True
+
+
+def _played(probe: str) -> int:
+    return sum(len(rnd.meetings) for rnd in PLAYED[probe])
+
+
+def test_single_short_runs_on_many_nodes_name_nobody(prometheus: str) -> None:
+    # What makes the data hard: short meetings that were not played again in the next round. Read
+    # through Prometheus's lookback, each of them would be a second short meeting of its pair, a
+    # path "confirmed" by itself.
+    assert _unconfirmed_singles(PLAYED["noise"]) >= 10
+    code, result = _json(prometheus, "noise")
+    assert (code, result["suspects"]) == (0, []), result["suspects"]
+    assert result["nodes"] == NOISY and result["rounds"] == 30
+    # Every meeting played is read, once: none carried into the next round, none lost.
+    assert result["meetings"] == _played("noise")
+    # Windows of four scrapes each (as at the default period, 225 s against a 15 s scrape), each
+    # round's end in the middle of one: that window holds the end of one round's results and the
+    # next round's number; it is left out, never read as a meeting of the next round. (Some results
+    # shorter than a window are missed at this width: fewer meetings, never more.)
+    ends = (LAST + SHIFT[0] + 1) * PERIOD + 30
+    wide = analyzing.run(prometheus, "noise", 7200, step=60, now=ends)
+    assert wide.suspects == [], wide.suspects
+    assert 0.9 * _played("noise") <= wide.meetings <= _played("noise")
+
+
+def test_the_same_noise_with_a_bad_host_and_a_confirmed_path_names_exactly_those(prometheus: str) -> None:
+    rounds = PLAYED["noisefaults"]
+    path = next(
+        frozenset((m.server, m.client))
+        for rnd in rounds
+        for m in rnd.meetings
+        if m.confirming and m.short and "h2" in (m.server, m.client)
+    )
+    assert _unconfirmed_singles(rounds) >= 10
+    code, result = _json(prometheus, "noisefaults")
+    assert code == 1
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("host", "h3"), ("path", "<->".join(sorted(path)))}
+    assert result["meetings"] == _played("noisefaults")
+    host = next(s for s in result["suspects"] if s["kind"] == "host")
+    assert 0.45 <= host["evidence"]["median_ratio"] <= 0.55
+    assert result["fleet"]["slowdown"] is False
+
+
+def test_an_answer_with_warnings_gives_no_confident_verdict(servers: Servers) -> None:
+    # A remote store that did not answer: Prometheus returns what it has, with a warning.
+    done = _analyze("--prometheus", servers.partial, "--probe", "hostfault", "--window", "2h", "--json")
+    assert done.returncode == 3, done.stdout
+    answer = json.loads(done.stdout)
+    assert answer["partial"] is True and "suspects" not in answer
+    assert "partial data" in answer["error"] and "remote_read" in answer["error"]
+    assert "--allow-partial" in done.stderr
+    # Analysed anyway on request: the verdict says it stands on partial data, in JSON and table.
+    code, result = _json(servers.partial, "hostfault", "--allow-partial")
+    assert code == 1 and [s["suspect"] for s in result["suspects"]] == ["h3"]
+    assert result["partial"] is True
+    assert [p for p in result["problems"] if p.startswith("Prometheus answered with partial data")]
+    table = _analyze(
+        "--prometheus", servers.partial, "--probe", "hostfault", "--window", "2h", "--allow-partial"
+    )
+    assert "PARTIAL DATA" in table.stdout and "remote_read" in table.stdout
+    # The same data without the warning is a whole verdict.
+    code, whole = _json(servers.url, "hostfault")
+    assert code == 1 and whole["partial"] is False and whole["problems"] == []
 
 
 def test_several_groups_need_a_probe_name(prometheus: str) -> None:

@@ -1,9 +1,12 @@
 """`clusterhealth lab`: the real command, as root, on network namespaces it builds and removes.
 
-Three labs of 8 hosts run side by side (their names and addresses never meet): a degraded host,
-a degraded path, nothing degraded. Each must name exactly its culprit (the path as a path, never
-as one of its hosts; nobody in the healthy lab). Meanwhile two more labs check the clean-up: one
-interrupted with Ctrl-C, one whose Prometheus fails to start.
+Three labs of 8 hosts run side by side (their names and addresses never meet): a degraded host
+(whose Prometheus is restarted across a round's end), a degraded path, nothing degraded, and a
+lab of 4 hosts with a degraded host, read from its table. Each must name exactly its culprit (the
+path as a path, never as one of its hosts; nobody in the healthy lab), a host at half speed with a
+ratio of about 0.5 and no fleet-wide slowdown. Meanwhile two more labs check the clean-up: one
+interrupted with Ctrl-C although started with SIGINT ignored (as from a background job), one whose
+Prometheus fails to start.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import psutil
 import pytest
 
 from clusterhealth.agent.lab import LabSpec, minimum_period
+from clusterhealth.checks.fabric.schedule import Schedule
+from clusterhealth.checks.fabric.simulation import node_names as sim_nodes
 
 from .conftest import CLUSTERHEALTH, run_cli
 
@@ -40,18 +45,26 @@ class Running:
     started: float
 
     def result(self) -> tuple[int, dict[str, Any], str]:
+        code, out, err = self.output()
+        return code, json.loads(out), err
+
+    def output(self) -> tuple[int, str, str]:
         out, err = self.process.communicate(timeout=600)
         assert out, err
-        return self.process.returncode, json.loads(out), err
+        return self.process.returncode, out, err
 
 
-def _lab(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _lab(
+    *args: str, env: dict[str, str] | None = None, sigint_ignored: bool = False
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [CLUSTERHEALTH, "lab", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        # A shell starts a background job with SIGINT ignored, and the lab inherits it.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
 
 
@@ -60,9 +73,12 @@ def labs() -> Iterator[dict[str, Running]]:
     _needs_root()
     common = ["--hosts", str(HOSTS), "--rounds", str(ROUNDS), "--json"]
     started = {
-        "host": Running(_lab(*common, "--degrade-host", "h3"), time.monotonic()),
+        "host": Running(_lab(*common, "--degrade-host", "h3", "--restart-prometheus", "2"), time.monotonic()),
         "path": Running(_lab(*common, "--degrade-path", "first"), time.monotonic()),
         "healthy": Running(_lab(*common), time.monotonic()),
+        "small": Running(
+            _lab("--hosts", "4", "--rounds", str(ROUNDS), "--degrade-host", "h2"), time.monotonic()
+        ),
     }
     yield started
     for running in started.values():
@@ -95,7 +111,8 @@ def _header(stderr_line: str) -> tuple[str, str]:
 
 
 def test_ctrl_c_removes_everything_the_lab_made(labs: dict[str, Running]) -> None:
-    process = _lab("--hosts", "3", "--rounds", "3")
+    # Started with SIGINT ignored, as from a background job: the lab still takes Ctrl-C.
+    process = _lab("--hosts", "3", "--rounds", "3", sigint_ignored=True)
     assert process.stderr is not None
     prefix, workdir = _header(process.stderr.readline())
     for line in process.stderr:  # up to the moment the agents and Prometheus run
@@ -125,17 +142,54 @@ def test_a_failure_midway_removes_everything_too(labs: dict[str, Running], tmp_p
     assert not Path(workdir).exists()
 
 
-def test_a_degraded_host_is_named_as_that_host(labs: dict[str, Running]) -> None:
+def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs: dict[str, Running]) -> None:
     code, result, err = labs["host"].result()
     assert code == 1, err
     assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("host", "h3")], err
     assert result["probe"] == "fabric" and result["nodes"] == HOSTS
     lab = result["lab"]
     assert lab["degraded"] == {"kind": "host", "suspect": "h3", "factor": 0.5}
-    # Named at the first verdict (analyze wants 3 rounds): within 3 rounds, the goal.
+    assert lab["prometheus_restarted"]["round"] == 2
+    assert "Prometheus started again on the same data" in err
+    # Named at the first verdict (analyze wants 3 rounds): within 3 rounds, the goal, although
+    # Prometheus was down across the end of round 2.
     assert lab["named_after_rounds"] == 3, lab["history"]
-    ratio = result["suspects"][0]["evidence"]["median_ratio"]
-    assert 0.4 <= ratio <= 0.6, "tbf at half the common rate"
+    evidence = result["suspects"][0]["evidence"]
+    assert 0.45 <= evidence["median_ratio"] <= 0.55, "tbf at half the common rate"
+    assert result["fleet"]["slowdown"] is False and result["reference_excludes"] == ["h3"]
+    # Every meeting read is one the schedule made, once: none of round 2 read again in round 3
+    # (the series that ended while Prometheus was down carry no staleness marker).
+    schedule = Schedule(sim_nodes(HOSTS), "fabric")
+    for meeting in evidence["meetings"]:
+        regular, before = (schedule.partner("h3", meeting["round"] - d) for d in (0, 1))
+        assert meeting["peer"] in {p.other("h3") for p in (regular, before) if p is not None}, meeting
+    assert len({(m["round"], m["peer"]) for m in evidence["meetings"]}) == len(evidence["meetings"])
+    assert result["meetings"] <= (HOSTS // 2 + 1) * result["rounds"], "four regular meetings a round"
+    partners = [p["peer"] for p in evidence["short_with"]]
+    assert len(partners) == len(set(partners)) and sum(p["meetings"] for p in evidence["short_with"]) == len(
+        evidence["meetings"]
+    )
+
+
+def test_a_degraded_host_of_four_is_that_host_at_half_speed_not_a_slow_fleet(
+    labs: dict[str, Running],
+) -> None:
+    # One bad host takes part in half the meetings of a group of four: the table must still say
+    # that host, at its own speed, and list each of its partners once.
+    code, out, err = labs["small"].output()
+    assert code == 1, err
+    assert "FLEET-WIDE SLOWDOWN" not in out, out
+    assert "without the meetings of h2" in out, out
+    rows = [line.split(None, 3) for line in out.splitlines() if re.match(r"h\d+(<->h\d+)? ", line)]
+    assert [row[:2] for row in rows] == [["h2", "host"]], out
+    assert 0.45 <= float(rows[0][2]) <= 0.55, out
+    evidence = rows[0][3]
+    for partner in ("h1", "h3", "h4"):
+        assert len(re.findall(rf"\b{partner} ", evidence)) == 1, evidence
+    assert re.search(r"\(\d meetings\)", evidence), "five rounds of four: a partner met twice"
+    assert out.rstrip().endswith(
+        "lab: 4 hosts, 5 rounds of 20 s; host h2 degraded to 0.5: named after round 3"
+    )
 
 
 def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running]) -> None:
@@ -169,4 +223,6 @@ def test_bad_arguments_exit_2_before_anything_is_built() -> None:
     assert done.returncode == 2 and "expected hA-hB" in done.stderr
     done = run_cli("lab", "--hosts", "4", "--period", "5")
     assert done.returncode == 2 and f"at least {minimum_period():g} s" in done.stderr
+    done = run_cli("lab", "--hosts", "4", "--rounds", "3", "--restart-prometheus", "3")
+    assert done.returncode == 2 and "--restart-prometheus: expected a round before the last" in done.stderr
     assert LabSpec(hosts=8, degrade_path=("h2", "h5")).problem() is None

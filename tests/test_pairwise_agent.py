@@ -454,6 +454,23 @@ def test_bad_groups_name_the_file_the_key_and_what_was_expected(
     assert expected in str(err.value)
 
 
+def test_two_groups_of_one_name_exit_2_naming_the_file_the_key_and_both_groups(tmp_path: Path) -> None:
+    # One name is one probe label and one state file: the second group would mix its results in.
+    first = group("fabric", {"a": "10.0.0.1", "b": "10.0.0.2"})
+    second = group("fabric", {"a": "10.0.1.1", "c": "10.0.1.3"})
+    path = node_config(tmp_path, "a", [first, group("other", {"a": "10.0.2.1", "b": "10.0.2.2"}), second])
+    done = run_cli("agent", "--config", str(path), "--print-config")
+    assert done.returncode == 2
+    assert (
+        f"{path}: pairwise_groups: expected group names to be unique "
+        "(pairwise_groups[0] and [2] are both fabric)" in done.stderr
+    ), done.stderr
+    second["name"] = "fabric-2"
+    assert (
+        configuration.load(node_config(tmp_path, "a", [first, second])).pairwise_groups[1].name == "fabric-2"
+    )
+
+
 def test_a_bad_members_file_exits_2_naming_the_file_and_its_line(tmp_path: Path) -> None:
     members = tmp_path / "members.yaml"
     members.write_text("a: 10.0.0.1\nb: 10.0.0.2\na: 10.0.0.3\n")

@@ -1,26 +1,31 @@
 """Which host, or which path between two hosts, makes a pairwise group fall short.
 
-Input: the Fabric series of SPEC as a range query returns them (``reduce_series``), reduced to
-*meetings*: (round, the two nodes, the bandwidth measured, whether it met its expectation). Both
-ends may report a meeting; their reports are merged (the better one wins, so a lost or garbled
-report can only hide a shortfall, never invent one).
+Input: the Fabric series of SPEC as agent/analyze.py reads them from Prometheus, window by
+window as scraped (``reduce_series``), reduced to *meetings*: (round, the two nodes, the bandwidth
+measured, whether it met its expectation). Both ends may report a meeting; their reports are
+merged (the better one wins, so a lost or garbled report can only hide a shortfall, never invent
+one).
 
 Output (``analyze``): suspects, by two rules, and nothing else names anyone.
 
 * **Reference.** A meeting falls *short* when it failed (no bandwidth, success 0) or its
-  bandwidth is below ``threshold`` (0.8) of the group's median over the window. Judging against
-  the group's own median makes a fleet-wide slowdown one finding (``fleet``: the median against
-  the agents' expectation, when they export one), not N suspects.
+  bandwidth is below ``threshold`` (0.8) of the group's reference over the window: the median of
+  the measured meetings, leaving out every meeting of a node whose own median meeting is below
+  ``threshold`` of the median node's (``reference``). A bad host is one node whatever the share of
+  the meetings it takes part in (half of them in a group of four), so its own meetings never drag
+  the yardstick it is judged by. Judging against the group's own reference makes a fleet-wide
+  slowdown one finding (``fleet``: the reference against the agents' expectation, when they
+  export one), not N suspects.
 * **Host.** A node is a suspect when it fell short in ``host_partners`` (3) meetings in a row,
-  with that many distinct partners that were *clean* then: most of each partner's nearest
-  meetings with others (two before, two after) were fine. A partner of a bad host takes one hit
+  with that many distinct partners that were *clean* then: more than half of each partner's
+  nearest meetings with others (two before, two after) were fine. A partner of a bad host takes one hit
   and is clean, so it is never ranked; a bad host met by chance is not clean while it is bad; one
   short run never names anyone.
 * **Path.** A pair is a suspect when its own meetings fell short ``path_meetings`` (2) times in a
   row (the regular meeting and the confirming meeting the two ends schedule themselves in the next
-  round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other partners
-  each and are clean themselves. A pair with an end that is a host suspect is the host's
-  evidence, not a path.
+  round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other
+  partners each and are clean themselves (more fine meetings with others than short ones). A pair
+  with an end that is a host suspect is the host's evidence, not a path.
 * **Unconfirmed.** A pair whose latest meeting fell short once, or a node short with fewer than
   ``host_partners`` partners, is listed apart, never in ``suspects``.
 * **Not enough evidence.** Fewer than ``min_rounds`` rounds in the window: no verdict.
@@ -132,13 +137,19 @@ class Analysis:
     nodes: int
     rounds: int
     meetings: int
-    reference: float | None  # the group's median bandwidth in the window, bytes/s
+    reference: float | None  # the group's reference bandwidth in the window, bytes/s
     expected: float | None
     suspects: list[Suspect] = field(default_factory=list)
     unconfirmed: list[Suspect] = field(default_factory=list)
     not_enough_evidence: str | None = None  # why there is no verdict
     fleet_slowdown: bool = False
     problems: tuple[str, ...] = ()  # partial data that was analysed anyway
+    reference_excludes: tuple[str, ...] = ()  # nodes whose meetings the reference leaves out
+
+    @property
+    def partial(self) -> bool:
+        """The verdict was reached on partial data: it may miss meetings (never invent one)."""
+        return bool(self.problems)
 
     def to_dict(self) -> dict[str, Any]:
         ratio = (
@@ -155,9 +166,11 @@ class Analysis:
             "unconfirmed": [s.to_dict() for s in self.unconfirmed],
             "meetings": self.meetings,
             "reference_bandwidth_bytes_per_second": self.reference,
+            "reference_excludes": list(self.reference_excludes),
             "expected_bandwidth_bytes_per_second": self.expected,
             "fleet": {"slowdown": self.fleet_slowdown, "median_to_expected_ratio": _round(ratio)},
             "not_enough_evidence": self.not_enough_evidence,
+            "partial": self.partial,
             "problems": list(self.problems),
         }
 
@@ -176,8 +189,7 @@ def analyze(
     rules = rules or Rules()
     everyone = set(nodes) | {m.a for m in meetings} | {m.b for m in meetings}
     rounds = len({m.round for m in meetings})
-    measured = [m.bandwidth for m in meetings if m.bandwidth is not None and m.bandwidth > 0]
-    reference = statistics.median(measured) if measured else None
+    reference, excluded = reference_bandwidth(meetings, rules.threshold)
     result = Analysis(
         probe,
         window_seconds,
@@ -187,6 +199,7 @@ def analyze(
         reference,
         expected,
         problems=tuple(problems),
+        reference_excludes=excluded,
     )
     if rounds < rules.min_rounds:
         result.not_enough_evidence = (
@@ -231,11 +244,11 @@ def analyze(
         pair_fine[key] = len(ms) - pair_short[key]
 
     def clean(node: str, apart_from: str) -> bool:
-        """Did better with its other partners than short: never the one to blame here."""
+        """More fine meetings than short ones with its other partners: never the one to blame here."""
         key = (node, apart_from) if node < apart_from else (apart_from, node)
         ok = fine[node] - pair_fine.get(key, 0)
         bad = short[node] - pair_short.get(key, 0)
-        return ok >= 1 and bad <= ok
+        return ok > bad
 
     for ms in by_node.values():
         ms.sort(key=lambda m: (m.round, m.first_seen))
@@ -308,6 +321,37 @@ def analyze(
     return result
 
 
+def reference_bandwidth(
+    meetings: Sequence[Meeting], threshold: float
+) -> tuple[float | None, tuple[str, ...]]:
+    """The bandwidth a meeting is judged against, and the nodes whose meetings it leaves out.
+
+    The median of the measured meetings, without the meetings of any node whose own median meeting
+    is below ``threshold`` of the median node's. A plain median of the meetings is dragged by a
+    bad host in proportion to its share of them: in a group of four it takes part in half, and the
+    median lands between its speed and everyone else's (the host then looks less slow than it is,
+    and the group looks slow). The median over nodes is not: a bad host is one node of N, and each
+    of its partners met it in a minority of its meetings. A bad path is one meeting of each end's
+    many; a fleet-wide slowdown moves every node, so nobody is left out and the reference follows.
+    """
+    per_node: dict[str, list[float]] = defaultdict(list)
+    measured: list[tuple[float, str, str]] = []
+    for m in meetings:
+        if m.bandwidth is not None and m.bandwidth > 0:
+            per_node[m.a].append(m.bandwidth)
+            per_node[m.b].append(m.bandwidth)
+            measured.append((m.bandwidth, m.a, m.b))
+    if not measured:
+        return None, ()
+    medians = {node: statistics.median(values) for node, values in per_node.items()}
+    typical = statistics.median(medians.values())
+    slow = {node for node, median in medians.items() if median < threshold * typical}
+    kept = [bw for bw, a, b in measured if a not in slow and b not in slow]
+    if not kept:  # every meeting has a slow end: nothing to tell them from
+        return statistics.median(bw for bw, _, _ in measured), ()
+    return statistics.median(kept), tuple(sorted(slow))
+
+
 def _host_episode(
     node: str, ms: list[Meeting], rules: Rules, clean_then: Callable[[str, Meeting], bool]
 ) -> tuple[Suspect, bool] | None:
@@ -338,6 +382,7 @@ def _host_episode(
     evidence = {
         "meetings": [_meeting_evidence(m, node) for m in chosen],
         "partners": named_by,
+        "short_with": _by_partner(chosen, node),
         "median_ratio": _round(_median_ratio(chosen)),
         "rounds": [m.round for m in chosen],
         "first_seen": _time(chosen[0].first_seen),
@@ -363,6 +408,18 @@ def _trailing_or_longest_streak(ms: list[Meeting]) -> list[Meeting]:
         else:
             run = []
     return best
+
+
+def _by_partner(ms: Sequence[Meeting], node: str) -> list[dict[str, Any]]:
+    """Each partner of a run of short meetings once, with how many there were and their median
+    ratio, in the order first met (a small group meets a partner again within the run)."""
+    grouped: dict[str, list[Meeting]] = {}
+    for m in ms:
+        grouped.setdefault(m.other(node), []).append(m)
+    return [
+        {"peer": peer, "meetings": len(group), "median_ratio": _round(_median_ratio(group))}
+        for peer, group in grouped.items()
+    ]
 
 
 def _meeting_evidence(m: Meeting, node: str) -> dict[str, Any]:
@@ -393,7 +450,10 @@ def _time(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# --- from Prometheus range queries -------------------------------------------------------------
+# --- from Prometheus's answers -----------------------------------------------------------------
+
+
+Target = tuple[tuple[str, str], ...]  # a scrape target's labels (instance, job, ...), sorted
 
 
 @dataclass
@@ -412,33 +472,55 @@ def reduce_series(
     peer_success: Sequence[Mapping[str, Any]],
     expected: Sequence[Mapping[str, Any]] = (),
 ) -> Reduced:
-    """Reports of one group from the ``result`` lists of range queries (``resultType`` matrix).
+    """Reports of one group from the ``result`` lists of the queries that read its history in
+    windows (agent/analyze.py): one point per series and window, at the window's end.
+
+    * ``node_info``: the agents' names, an instant vector (one name per target for the whole
+      window) or a matrix (per window, when an agent changed its name);
+    * ``rounds``: per target, the round in each window in which it did not change;
+    * ``bandwidth``, ``peer_success``: per target and partner, the last result in each window.
 
     Series are tied to a node by their target (every label but the metric's own: ``instance``,
-    ``job`` and whatever relabelling added) and ``clusterhealth_node_info{node}`` of that target;
-    a sample belongs to the round ``clusterhealth_probe_round`` of the same target had at the same
-    step. Whatever cannot be tied is named in ``problems``.
+    ``job`` and whatever relabelling added) and ``clusterhealth_node_info{node}`` of that target.
+    A result belongs to the round of the same target in the same window; in a window without one
+    (the round changed within it) it is left out, as the windows next to it hold it. Whatever
+    cannot be tied to a node or a round is named in ``problems``.
     """
-    problems: list[str] = []
-    names: dict[tuple[tuple[str, str], ...], str] = {}
+    names: dict[Target, str] = {}
+    named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
     for series in node_info:
         labels = series.get("metric", {})
-        target = _target(labels, ("node",))
         node = labels.get("node")
-        if node:
-            names[target] = node  # the last one seen when an agent was renamed in the window
-    round_at: dict[tuple[tuple[str, str], ...], dict[float, int]] = {}
+        if not node:
+            continue
+        target = target_of(labels, ("node",))
+        if "values" in series:
+            at = named_at.setdefault(target, {})
+            for t, _ in _points(series):
+                at[t] = node if at.get(t, node) == node else None
+        else:
+            names[target] = node
+
+    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
+    # wrote them (a time, a text), and only what is kept is converted.
+    round_at: dict[Target, dict[Any, int]] = {}
+    as_round: dict[Any, int | None] = {}
     for series in rounds:
         labels = series.get("metric", {})
         if labels.get("probe") != probe:
             continue
-        steps = round_at.setdefault(_target(labels, ("probe",)), {})
-        for t, v in _values(series):
-            if math.isfinite(v):
-                steps[t] = int(v)
+        steps = round_at.setdefault(target_of(labels, ("probe",)), {})
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
+                if r is not None:
+                    steps[t] = r
+            except (TypeError, IndexError, KeyError):
+                continue
 
     found: dict[tuple[int, str, str], list[Any]] = {}
-    untied: dict[tuple[tuple[str, str], ...], str] = {}
+    untied: dict[Target, str] = {}
 
     def add(series: Mapping[str, Any], slot: int) -> None:
         labels = series.get("metric", {})
@@ -447,59 +529,94 @@ def reduce_series(
         peer = labels.get("peer", "")
         if not peer:
             return  # a node-local probe of the same name: not a meeting
-        target = _target(labels, ("probe", "peer"))
-        node = names.get(target)
-        if node is None:
+        target = target_of(labels, ("probe", "peer"))
+        if target not in names and target not in named_at:
             untied[target] = f"{_show(target)} exports {probe} results but no {NODE_INFO}"
             return
-        steps = round_at.get(target, {})
-        for t, v in _values(series):
-            r = steps.get(t)
-            if r is None:
-                untied[target] = f"{_show(target)} ({node}) exports {probe} results without {ROUND}"
+        steps = round_at.get(target)
+        if steps is None:
+            untied[target] = f"{_show(target)} exports {probe} results without {ROUND}"
+            return
+        fixed, at = names.get(target), named_at.get(target)
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = steps.get(t)
+            except (TypeError, IndexError, KeyError):
                 continue
-            entry = found.setdefault((r, node, peer), [None, None, t, t])
-            entry[slot] = v
-            entry[2], entry[3] = min(entry[2], t), max(entry[3], t)
+            node = fixed if at is None else at.get(t)
+            if r is None or node is None:
+                continue  # the round (or the name) changed in this window
+            key = (r, node, peer)
+            entry = found.get(key)
+            if entry is None:
+                found[key] = [None, None, t, t]
+                entry = found[key]
+            entry[slot] = text
+            entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
 
     for series in bandwidth:
         add(series, 0)
     for series in peer_success:
         add(series, 1)
-    problems.extend(sorted(untied.values()))
 
     reports = []
-    for (r, node, peer), (bw, ok, first, last) in found.items():
-        bandwidth_value = bw if bw is not None and math.isfinite(bw) and bw > 0 else None
-        success = None if ok is None or not math.isfinite(ok) else ok >= 0.5
-        reports.append(Report(r, node, peer, bandwidth_value, success, first, last))
+    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
+        bw, ok = _number(bw_text), _number(ok_text)
+        bandwidth_value = bw if bw is not None and bw > 0 else None
+        success = None if ok is None else ok >= 0.5
+        seen, until = _number(first), _number(last)
+        if seen is None or until is None:
+            continue
+        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
     exporting = {names[t] for t in round_at if t in names}
+    exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
     expectations = [
         v
         for series in expected
         if series.get("metric", {}).get("probe") == probe
-        for _, v in _values(series)[-1:]
+        for _, v in _points(series)[-1:]
         if math.isfinite(v) and v > 0
     ]
     return Reduced(
         reports,
         exporting,
         statistics.median(expectations) if expectations else None,
-        problems,
+        sorted(untied.values()),
     )
 
 
-def _target(labels: Mapping[str, str], own: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and k not in own))
+def target_of(labels: Mapping[str, str], own: tuple[str, ...]) -> Target:
+    """The scrape target a series came from: its labels but the metric's name and its own."""
+    rest = dict(labels)
+    for name in ("__name__", *own):
+        rest.pop(name, None)
+    return tuple(sorted(rest.items()))
 
 
-def _show(target: tuple[tuple[str, str], ...]) -> str:
+def _show(target: Target) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in target) + "}"
 
 
-def _values(series: Mapping[str, Any]) -> list[tuple[float, float]]:
+def _number(text: Any) -> float | None:
+    """A finite number from Prometheus's text of it; None for anything else (NaN, garbage)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _whole(text: Any) -> int | None:
+    value = _number(text)
+    return None if value is None else int(value)
+
+
+def _points(series: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """(time, value) of a matrix series (``values``) or an instant vector's sample (``value``)."""
     out = []
-    for pair in series.get("values", ()):
+    raw: Any = series.get("values") if "values" in series else [series.get("value")]
+    for pair in raw or ():
         try:
             out.append((float(pair[0]), float(pair[1])))
         except (TypeError, ValueError, IndexError):
@@ -518,7 +635,10 @@ def render_table(analysis: Analysis) -> str:
         f"{analysis.meetings} meetings in {_span(analysis.window_seconds)}"
     )
     if analysis.reference is not None:
-        head += f"; reference {_rate(analysis.reference)} (the group's median)"
+        head += f"; reference {_rate(analysis.reference)} (the group's median"
+        if analysis.reference_excludes:
+            head += f" without the meetings of {', '.join(analysis.reference_excludes)}"
+        head += ")"
     lines.append(head)
     if analysis.expected is not None and analysis.reference is not None:
         ratio = analysis.reference / analysis.expected
@@ -529,6 +649,8 @@ def render_table(analysis: Analysis) -> str:
             )
     for problem in analysis.problems:
         lines.append(f"partial data: {problem}")
+    if analysis.partial and not analysis.not_enough_evidence:
+        lines.append("PARTIAL DATA: the verdict below may miss meetings that Prometheus did not return")
     if analysis.not_enough_evidence:
         lines.append(f"not enough evidence: {analysis.not_enough_evidence}")
         return "\n".join(lines) + "\n"
@@ -547,7 +669,7 @@ def render_table(analysis: Analysis) -> str:
 
 
 _AROUND = 2  # a partner's meetings with others, each side of a meeting, that say whether it was fine
-_SHOWN = 4  # meetings listed in a table row; the JSON has them all
+_SHOWN = 4  # partners of a host listed in a table row; the JSON has them all
 
 
 def _span(seconds: float) -> str:
@@ -560,13 +682,11 @@ def _span(seconds: float) -> str:
 
 def _row(s: Suspect) -> tuple[str, ...]:
     e = s.evidence
-    shown = e["meetings"][:_SHOWN]
-    shorts = ", ".join(
-        f"{m['peer']} {m['ratio']:.2f}" if m["ratio"] is not None else f"{m['peer']} failed" for m in shown
-    )
-    if len(e["meetings"]) > _SHOWN:
-        shorts += f" and {len(e['meetings']) - _SHOWN} more"
     if s.kind == "host":
+        partners = e["short_with"]
+        shorts = ", ".join(_partner_text(p) for p in partners[:_SHOWN])
+        if len(partners) > _SHOWN:
+            shorts += f" and {len(partners) - _SHOWN} more"
         text = f"short with {shorts}"
     else:
         fine = ", ".join(f"{k} fine with {v}" for k, v in e["fine_partners"].items())
@@ -586,6 +706,13 @@ def _row(s: Suspect) -> tuple[str, ...]:
         e["first_seen"],
         e["last_seen"] + (" (ongoing)" if e.get("ongoing") else ""),
     )
+
+
+def _partner_text(partner: dict[str, Any]) -> str:
+    ratio = partner["median_ratio"]
+    shown = f"{ratio:.2f}" if ratio else "failed"  # a median ratio of 0: every meeting failed
+    count = partner["meetings"]
+    return f"{partner['peer']} {shown}" + (f" ({count} meetings)" if count > 1 else "")
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -18,9 +18,11 @@ against its expectation. Deterministic for a given seed.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from clusterhealth.checks.fabric.analysis import Report
 from clusterhealth.checks.fabric.schedule import (
@@ -143,6 +145,14 @@ def play(fleet: Fleet, first: int, count: int, seed: int = 1) -> list[Round]:
     return [group.play(r) for r in range(first, first + count)]
 
 
+def shifted(rounds: Sequence[Round], by: int) -> list[Round]:
+    """The same rounds numbered ``by`` later: a group played once, exported at any time."""
+    return [
+        Round(r.round + by, [dataclasses.replace(m, round=m.round + by) for m in r.meetings], r.skipped)
+        for r in rounds
+    ]
+
+
 def node_names(n: int) -> list[str]:
     return [f"h{i + 1}" for i in range(n)]
 
@@ -160,22 +170,33 @@ def meeting_round(schedule: Schedule, a: str, b: str, after: int) -> int:
     raise ValueError(f"{a} and {b} never meet")
 
 
-def exposition_history(
+FAMILIES = (
+    "clusterhealth_node_info",
+    "clusterhealth_probe_round",
+    "clusterhealth_probe_bandwidth_bytes_per_second",
+    "clusterhealth_probe_peer_success",
+)
+
+
+def scrapes(
     probe: str,
     rounds: Sequence[Round],
     period: float,
     nodes: Sequence[str],
     *,
     scrape_interval: float = 15.0,
+    phase: float = 7.0,
     job: str = "clusterhealth",
     node_info: bool = True,
-) -> dict[str, list[str]]:
-    """What Prometheus would have scraped from every node's agent, as OpenMetrics sample lines
-    per family (for ``promtool tsdb create-blocks-from openmetrics``).
+) -> Iterator[tuple[str, str]]:
+    """What Prometheus would have scraped from every node's agent: (family, OpenMetrics sample
+    line), node by node, each node's scrapes in time order.
 
-    Each node exports its current round's result with the partner's name as ``peer``: the regular
-    meeting's from ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from
-    mid-round, and nothing for a round it skipped. Both ends export a meeting.
+    Each node exports, as the agent does, the round its clock is in (from the round's start) and
+    its current round's result with the partner's name as ``peer``: the regular meeting's from
+    ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from mid-round, and
+    nothing for a round it skipped. Both ends export a meeting. Scrapes fall ``phase`` seconds
+    after each multiple of ``scrape_interval`` from the first round's start.
     """
     results: dict[tuple[str, int], list[tuple[float, str, float, bool]]] = {}
     for rnd in rounds:
@@ -183,40 +204,41 @@ def exposition_history(
             at = (period / 2 if m.confirming else 0.0) + ROUND_REPORT_DELAY
             for node, peer in ((m.client, m.server), (m.server, m.client)):
                 results.setdefault((node, rnd.round), []).append((at, peer, m.bandwidth, not m.short))
-    families: dict[str, list[str]] = {
-        "clusterhealth_node_info": [],
-        "clusterhealth_probe_round": [],
-        "clusterhealth_probe_bandwidth_bytes_per_second": [],
-        "clusterhealth_probe_peer_success": [],
-    }
     if not rounds:
-        return families
-    start = rounds[0].round * period + ROUND_REPORT_DELAY
+        return
+    start = rounds[0].round * period + phase
     end = (rounds[-1].round + 1) * period
     steps = int((end - start) // scrape_interval)
+    info, current_round, bandwidth_family, success_family = FAMILIES
     for node in nodes:
         target = f'instance="{node}:9845",job="{job}"'
-        for i in range(steps + 1):
+        for i in range(steps):
             t = start + i * scrape_interval
             if node_info:
-                families["clusterhealth_node_info"].append(
-                    f'clusterhealth_node_info{{{target},node="{node}"}} 1 {t:.3f}'
-                )
-            current = int((t - ROUND_REPORT_DELAY) // period)
-            families["clusterhealth_probe_round"].append(
-                f'clusterhealth_probe_round{{{target},probe="{probe}"}} {current} {t:.3f}'
-            )
+                yield info, f'{info}{{{target},node="{node}"}} 1 {t:.3f}'
+            current = int(t // period)
+            yield current_round, f'{current_round}{{{target},probe="{probe}"}} {current} {t:.3f}'
             shown = [r for r in results.get((node, current), []) if t >= current * period + r[0]]
             if not shown:
                 continue
             _, peer, bandwidth, success = shown[-1]
             labels = f'{target},peer="{peer}",probe="{probe}"'
-            families["clusterhealth_probe_bandwidth_bytes_per_second"].append(
-                f"clusterhealth_probe_bandwidth_bytes_per_second{{{labels}}} {bandwidth:.1f} {t:.3f}"
-            )
-            families["clusterhealth_probe_peer_success"].append(
-                f"clusterhealth_probe_peer_success{{{labels}}} {1 if success else 0} {t:.3f}"
-            )
+            if bandwidth > 0:  # a run that measured nothing (a host at factor 0) exports none
+                yield bandwidth_family, f"{bandwidth_family}{{{labels}}} {bandwidth:.1f} {t:.3f}"
+            yield success_family, f"{success_family}{{{labels}}} {1 if success else 0} {t:.3f}"
+
+
+def exposition_history(
+    probe: str,
+    rounds: Sequence[Round],
+    period: float,
+    nodes: Sequence[str],
+    **options: Any,
+) -> dict[str, list[str]]:
+    """``scrapes`` as OpenMetrics sample lines per family (for ``openmetrics``)."""
+    families: dict[str, list[str]] = {name: [] for name in FAMILIES}
+    for family, line in scrapes(probe, rounds, period, nodes, **options):
+        families[family].append(line)
     return families
 
 
