@@ -97,6 +97,7 @@ install:
 		-e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' \
 		deploy/slurm/clusterhealth-healthcheck > $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
+	install -m 0755 deploy/slurm/clusterhealth-prolog deploy/slurm/clusterhealth-epilog $(DESTDIR)$(PREFIX)/sbin/
 	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
 		-e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' \
 		deploy/kubernetes/node-problem-detector-clusterhealth.json \
@@ -120,6 +121,7 @@ install:
 uninstall:
 	rm -rf $(DESTDIR)$(VENVDIR) $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(PREFIX)/bin/clusterhealth $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck \
+		$(DESTDIR)$(PREFIX)/sbin/clusterhealth-prolog $(DESTDIR)$(PREFIX)/sbin/clusterhealth-epilog \
 		$(DESTDIR)$(UNITDIR)/clusterhealth.service
 
 test: venv sysdeps lint unit
@@ -138,12 +140,13 @@ typecheck: venv
 	@for d in agent exporters checks dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
 	$(BIN)/mypy
 
-# Rules, dashboards and the chart's copies are generated from code and committed; the tests
-# regenerate them and fail on any difference.
+# Rules, dashboards, the chart's copies and the kubelet API's Python code are generated and
+# committed; the tests regenerate them and fail on any difference.
 generate: venv k8s-tools
 	$(BIN)/python deploy/prometheus/mixin.py
 	$(BIN)/python -m clusterhealth.dashboards.build
 	$(BIN)/python deploy/kubernetes/manifests.py
+	$(BIN)/python -m clusterhealth.exporters.jobs.kubelet.generate
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py

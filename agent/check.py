@@ -3,6 +3,9 @@
 Exit codes follow Nagios and NHC: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (`--exit-codes nagios`).
 node-problem-detector's custom plugins read 0 as OK, 1 as a problem and anything else as unknown;
 `--exit-codes npd` maps CRITICAL to 1, WARNING to 0 and UNKNOWN to 2.
+
+With job attribution on (`collectors.jobs`), each finding about a GPU names the workload on it: a
+JOB column in the table, `jobs` in the JSON, and the job in the one line.
 """
 
 from __future__ import annotations
@@ -11,28 +14,47 @@ import dataclasses
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass
 
 from clusterhealth.agent import collectors
 from clusterhealth.agent import config as configuration
 from clusterhealth.checks.audit_collector import AuditCollector, AuditRun
 from clusterhealth.checks.audits import CheckResult, Status, by_precedence, worst
+from clusterhealth.exporters.jobs.attribution import Attribution, Workload
 
 NPD_EXIT = {Status.OK: 0, Status.WARNING: 0, Status.CRITICAL: 1, Status.UNKNOWN: 2}
 
 
-def collect_once(config: configuration.Config) -> AuditRun:
+@dataclass(frozen=True)
+class CheckRun:
+    audit: AuditRun
+    # The GPUs' workloads when attribution is on: None when it is off, or why it failed.
+    jobs: Attribution | None
+    jobs_unknown: str = ""
+
+    def workloads(self, result: CheckResult) -> list[Workload] | None:
+        """The workloads on the GPU a result is about; None for a result about no GPU or when
+        attribution is off."""
+        if self.jobs is None or not result.check.startswith("gpu_") or not result.subject.isdigit():
+            return None
+        return self.jobs.workloads(int(result.subject))
+
+
+def collect_once(config: configuration.Config) -> CheckRun:
     """The audit once, after what it reads (GPUs, kernel log) was collected once, each collector
     bounded by its timeout: a hung NVML call gives UNKNOWN GPU checks in time, not a hung check."""
     # `check` runs the audits even where the agent's audit collector is switched off.
     audit = dataclasses.replace(config.collectors.audit, enabled=True)
     config = dataclasses.replace(config, collectors=dataclasses.replace(config.collectors, audit=audit))
-    node, samplers = collectors.collect_once(config, only=("audit",))
+    attribution = config.collectors.jobs.enabled
+    node, samplers = collectors.collect_once(config, only=("audit", "jobs") if attribution else ("audit",))
     try:
         (sampler,) = [s for s in samplers if s.name == "audit"]
         assert isinstance(sampler.collector, AuditCollector)
         if sampler.collector.last is None:
             raise RuntimeError(f"the audit did not run: {sampler.status().reason}")
-        return sampler.collector.last
+        jobs, why = node.jobs.read() if attribution else (None, "")
+        return CheckRun(sampler.collector.last, jobs, why)
     finally:
         node.close()
 
@@ -41,38 +63,62 @@ def run_check(
     config: configuration.Config, output: str, exit_codes: str, only: str | None, show_ok: bool
 ) -> int:
     run = collect_once(config)
-    results = [r for r in run.results if only is None or re.fullmatch(only, r.check)]
+    results = [r for r in run.audit.results if only is None or re.fullmatch(only, r.check)]
     status = worst(results)
     if output == "json":
-        print(json.dumps(_as_json(results, status), indent=2))
+        print(json.dumps(_as_json(results, status, run), indent=2))
     elif output == "line":
-        print(summary_line(results, status))
+        print(summary_line(results, status, run))
     else:
-        print(table(results, status, show_ok))
+        print(table(results, status, show_ok, run))
     return NPD_EXIT[status] if exit_codes == "npd" else status
 
 
-def summary_line(results: list[CheckResult], status: Status) -> str:
+def jobs_text(workloads: list[Workload] | None) -> str:
+    """`slurm:817304`, `kubernetes:team/train-0`, or `-` for a GPU no workload was found on."""
+    if workloads is None:
+        return ""
+    if not workloads:
+        return "-"
+    names = []
+    for w in workloads:
+        if w.scheduler == "slurm":
+            names.append(f"slurm:{w.job}")
+        else:
+            names.append(f"kubernetes:{w.namespace}/{w.pod}" if w.pod else f"kubernetes:pod-uid={w.job}")
+    return ",".join(names)
+
+
+def summary_line(results: list[CheckResult], status: Status, run: CheckRun | None = None) -> str:
     """One line: the status and the worst problem, as a Slurm drain reason or an NPD message."""
     problems = by_precedence(r for r in results if r.status != Status.OK)
     if not problems:
         return f"OK: {len(results)} checks passed"
     first = problems[0]
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{status.name}: {first.check} {first.subject}: {first.message}{more}"
+    jobs = jobs_text(run.workloads(first)) if run is not None else ""
+    on = f" [job {jobs}]" if jobs and jobs != "-" else ""
+    return f"{status.name}: {first.check} {first.subject}{on}: {first.message}{more}"
 
 
-def table(results: list[CheckResult], status: Status, show_ok: bool) -> str:
+def table(results: list[CheckResult], status: Status, show_ok: bool, run: CheckRun | None = None) -> str:
     rows = by_precedence(r for r in results if show_ok or r.status != Status.OK)
     lines = []
+    attribution = run is not None and run.jobs is not None
     if rows:
         width_check = max(len("CHECK"), *(len(r.check) for r in rows))
         width_subject = max(len("SUBJECT"), *(len(r.subject) for r in rows))
-        lines.append(f"{'STATUS':<9} {'CHECK':<{width_check}} {'SUBJECT':<{width_subject}} MESSAGE")
+        jobs = {id(r): jobs_text(run.workloads(r)) if run is not None else "" for r in rows}
+        width_job = max(len("JOB"), *(len(j) for j in jobs.values()))
+        job_head = f"{'JOB':<{width_job}} " if attribution else ""
+        lines.append(f"{'STATUS':<9} {'CHECK':<{width_check}} {'SUBJECT':<{width_subject}} {job_head}MESSAGE")
         for r in rows:
             name = r.status.name
-            lines.append(f"{name:<9} {r.check:<{width_check}} {r.subject:<{width_subject}} {r.message}")
+            job = f"{jobs[id(r)]:<{width_job}} " if attribution else ""
+            lines.append(f"{name:<9} {r.check:<{width_check}} {r.subject:<{width_subject}} {job}{r.message}")
         lines.append("")
+    if run is not None and run.jobs is None and run.jobs_unknown:
+        lines.append(f"jobs unknown: {run.jobs_unknown}")
     counts = Counter(r.status.name.lower() for r in results)
     tally = ", ".join(
         f"{counts[name]} {name}" for name in ("critical", "warning", "unknown", "ok") if counts[name]
@@ -81,15 +127,33 @@ def table(results: list[CheckResult], status: Status, show_ok: bool) -> str:
     return "\n".join(lines)
 
 
-def _as_json(results: list[CheckResult], status: Status) -> dict[str, object]:
+def _as_json(results: list[CheckResult], status: Status, run: CheckRun) -> dict[str, object]:
+    def entry(r: CheckResult) -> dict[str, object]:
+        out: dict[str, object] = {
+            "check": r.check,
+            "subject": r.subject,
+            "status": r.status.name,
+            "message": r.message,
+        }
+        workloads = run.workloads(r)
+        if workloads is not None:
+            out["jobs"] = [
+                {
+                    "scheduler": w.scheduler,
+                    "job": w.job,
+                    "namespace": w.namespace,
+                    "pod": w.pod,
+                    "container": w.container,
+                }
+                for w in workloads
+            ]
+        return out
+
     return {
         "status": status.name,
         "exit_code": int(status),
-        "summary": summary_line(results, status),
-        "results": [
-            {"check": r.check, "subject": r.subject, "status": r.status.name, "message": r.message}
-            for r in results
-        ],
+        "summary": summary_line(results, status, run),
+        "results": [entry(r) for r in results],
     }
 
 

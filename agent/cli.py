@@ -27,6 +27,8 @@ OVERRIDES = {
     "log_level": "log_level",
     "web_config_file": "web_config_file",
     "node_name": "node_name",
+    "pod_resources_socket": "collectors.jobs.pod_resources_socket",
+    "job_mapping_dir": "collectors.jobs.mapping_dir",
 }
 
 
@@ -41,6 +43,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--node-name",
         metavar="NAME",
         help="this node's name in probe groups (default: $NODE_NAME, else the short hostname)",
+    )
+    _attribution(parser)
+
+
+def _attribution(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pod-resources-socket",
+        metavar="PATH",
+        help="the kubelet's pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
+    parser.add_argument(
+        "--job-mapping-dir",
+        metavar="DIR",
+        help="job-mapping files in dcgm-exporter's format, as deploy/slurm's Prolog writes them "
+        "(default /run/clusterhealth/jobs)",
     )
 
 

@@ -25,6 +25,7 @@ from clusterhealth.checks.audit_collector import AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.exporters.base import Collector
 from clusterhealth.exporters.gpu import GpuCollector
+from clusterhealth.exporters.jobs.collector import JobsCollector
 from clusterhealth.exporters.pcie_aer import PcieAerCollector
 from clusterhealth.exporters.rdma import RdmaCollector
 from clusterhealth.exporters.xid import XidCollector
@@ -95,6 +96,23 @@ def _audit(config: Config, node: Node) -> AuditCollector:
     )
 
 
+def _jobs(config: Config, node: Node) -> JobsCollector:
+    jobs = config.collectors.jobs
+    return JobsCollector(
+        lambda: node.gpu_state(config),
+        node.jobs.publish,
+        pod_resources_socket=jobs.pod_resources_socket,
+        mapping_dir=jobs.mapping_dir,
+        mapping_index=jobs.mapping_index,
+        mapping_grace_seconds=jobs.mapping_grace_seconds,
+        processes=jobs.processes,
+        procfs_root=config.paths.procfs,
+        sysfs_root=config.paths.sysfs,
+        extra_resources=jobs.extra_resources,
+        timeout_seconds=jobs.timeout_seconds,
+    )
+
+
 def _probes(config: Config, node: Node) -> ProbeService:
     session = node.session if config.collectors.gpu.enabled else None
     name = node_name(config)
@@ -157,6 +175,15 @@ COLLECTORS: tuple[Entry, ...] = (
         ),
         source="sysfs (`class/infiniband`, `class/net`) and what the gpu and kernel_log collectors published",
         after=("gpu", "kernel_log"),
+    ),
+    # After the gpu collector, whose GPU identities, minor numbers and compute processes it reads.
+    Entry(
+        "jobs",
+        _jobs,
+        inputs=lambda c: (c.collectors.jobs, c.collectors.gpu.enabled, c.paths.procfs, c.paths.sysfs),
+        source="the kubelet's pod-resources socket (gRPC), the job-mapping directory, "
+        "`/proc/<pid>/cgroup` of the GPUs' compute processes; sysfs `fs/cgroup` (running Slurm jobs)",
+        after=("gpu",),
     ),
     Entry(
         "probes",

@@ -198,6 +198,47 @@ class ProbesCollectorConfig(
     pass
 
 
+@dataclass(frozen=True)
+class JobsConfig(
+    CollectorSettings,
+    does="attribute each GPU to the Slurm job or Kubernetes pod on it (clusterhealth_gpu_job_info)",
+    every=15.0,
+    how_often="how often the sources are read",
+    timeout=10.0,
+):
+    pod_resources_socket: str | None = setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        doc="the kubelet's pod-resources socket (--pod-resources-socket); absent on the node: not read",
+    )
+    mapping_dir: str | None = setting(
+        "/run/clusterhealth/jobs",
+        doc="a job-mapping directory in dcgm-exporter's format (--job-mapping-dir), as "
+        "deploy/slurm's Prolog writes it; absent on the node: not read",
+    )
+    mapping_index: str = setting(
+        "minor",
+        doc="what a mapping file's name counts: the device's minor number (/dev/nvidiaN, as Slurm "
+        "numbers GPUs) or NVML's index",
+        choices=("minor", "nvml"),
+    )
+    mapping_grace_seconds: float = setting(
+        300.0,
+        doc="a mapping file whose job has no cgroup expires once it is this old (the Prolog runs "
+        "before the job's cgroup is made)",
+        min=0,
+        max=86400,
+    )
+    processes: bool = setting(
+        True, doc="attribute GPUs by their compute processes' cgroups under paths.procfs (the fallback)"
+    )
+    extra_resources: tuple[str, ...] = setting(
+        ("nvidia.com/gpu.shared",),
+        doc="glob patterns of device-plugin resources that are GPUs, besides nvidia.com/gpu and "
+        "nvidia.com/mig-*",
+        check=_check_globs,
+    )
+
+
 _BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT](?:B/s|b/s|bit/s))\s*")
 _BANDWIDTH_FACTORS = {
     "TB/s": 1e12,
@@ -463,6 +504,7 @@ class CollectorsConfig:
     probes: ProbesCollectorConfig = setting(
         default_factory=ProbesCollectorConfig, doc="the fabric probes' schedule and results"
     )
+    jobs: JobsConfig = setting(default_factory=JobsConfig, doc="job attribution of the GPUs")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """`clusterhealth demo`: the agent on a simulated faulty node, with a tour of where each fault shows.
 
 The simulated node is the NVML simulator (the scenario's GPUs and faults), the sysfs tree of
-exporters/sim/sysfs.py (eight NDR HCAs, RoCE ports and their faults) and a simulated /dev/kmsg in
-which the scenario's kernel-log lines appear at their time, in the kernel's record format.
+exporters/sim/sysfs.py (eight NDR HCAs, RoCE ports and their faults), a simulated /dev/kmsg in
+which the scenario's kernel-log lines appear at their time, in the kernel's record format, and a
+simulated /proc that places the GPUs' compute processes in their job (exporters/sim/procfs.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import Agent, default_scenario
+from clusterhealth.exporters.sim import procfs as sim_procfs
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 from clusterhealth.exporters.sim.scenario import Scenario, load_scenario
 
@@ -86,8 +88,11 @@ def run_demo(scenario: str, listen: str, interval: float, duration: float | None
     path = scenario_path(scenario)
     parsed = load_scenario(path)
     with tempfile.TemporaryDirectory(prefix="clusterhealth-demo-") as tmp:
-        sysfs = Path(tmp) / "sys"
+        sysfs, procfs = Path(tmp) / "sys", Path(tmp) / "proc"
         sim_sysfs.build(sysfs)
+        # Where the GPUs' compute processes belong: the jobs collector names their job.
+        sim_procfs.build(procfs, parsed)
+        sim_procfs.build_job_cgroups(sysfs, parsed)
         kmsg = Path(tmp) / "kmsg"
         kmsg.touch()
         sample = sample_config()
@@ -95,6 +100,7 @@ def run_demo(scenario: str, listen: str, interval: float, duration: float | None
             "listen": listen,
             "simulate": str(path),
             "paths.sysfs": str(sysfs),
+            "paths.procfs": str(procfs),
             "paths.kmsg": str(kmsg),
             "collectors.gpu.interval_seconds": interval,
             "collectors.rdma.interval_seconds": interval,
@@ -114,6 +120,7 @@ def run_demo(scenario: str, listen: str, interval: float, duration: float | None
         print(f"clusterhealth demo: {parsed.description}", flush=True)
         print(f"  scenario  {path}")
         print(f"  sysfs     {sysfs} (simulated HCAs)")
+        print(f"  procfs    {procfs} (the GPUs' processes and their jobs)")
         print(f"  policy    {sample or 'none (the sample config was not found)'}")
         print(f"  metrics   {base}/metrics")
         print(f"  health    {base}/healthz")

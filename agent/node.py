@@ -1,10 +1,11 @@
 """The node: what the collectors share, and what outlives a config reload.
 
 Collectors do not reach into each other. What one of them reads for the others is published here,
-whole, at the end of its cycle (`Board`): the GPU state the audits judge, the kernel-log events the
-Xid check reads. The GPU identities (index, UUID, bus id) are in one directory that the gpu
-collector fills and the Xid and kernel-log collectors read, so nothing but the gpu collector, the
-Xid event thread and the idle guard ever calls NVML. Counters such as
+whole, at the end of its cycle (`Board`): the GPU state the audits and the jobs collector read, the
+kernel-log events the Xid check reads, the GPUs' workloads `check` shows. The GPU identities (index,
+UUID, bus id) are in one directory that the gpu collector fills and the Xid and kernel-log
+collectors read, so nothing but the gpu collector, the Xid event thread and the idle guard ever
+calls NVML. Counters such as
 `clusterhealth_gpu_xid_errors_total` live in the ledger here, so a reload never resets them.
 """
 
@@ -19,6 +20,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.checks.kernel_log import normalize_pci_bus_id
 from clusterhealth.checks.kernel_watch import SeenEvent, recent_xid_events
 from clusterhealth.exporters.gpu import GpuDirectory, GpuState
+from clusterhealth.exporters.jobs.attribution import Attribution
 from clusterhealth.exporters.nvml import NvmlSession
 from clusterhealth.exporters.pci import nvidia_gpu_functions
 from clusterhealth.exporters.xid import NvmlXidWatcher, XidLedger
@@ -59,6 +61,7 @@ class Node:
         self.directory = GpuDirectory()
         self.gpus: Board[GpuState] = Board("the gpu collector has not finished its first run")
         self.kernel_events: Board[Sequence[SeenEvent]] = Board("the kernel log has not been read yet")
+        self.jobs: Board[Attribution] = Board("the jobs collector has not finished its first run")
         self.xid_watcher: NvmlXidWatcher | None = None
         self.simulator: SimulatedLibrary | None = None
         if config.simulate:

@@ -1,12 +1,12 @@
 """clusterhealth's Grafana dashboards as code, with Grafana's foundation SDK.
 
 `python -m clusterhealth.dashboards.build` (`make generate`) writes the committed JSON beside this
-file: a fleet overview, a node view and a fabric view, one module each (`fleet.py`, `node.py`,
-`fabric.py`), built from the panel helpers of `panels.py`. Each has fixed uid, the `clusterhealth`
-tag, variables for the data source, the job and the node, and `$__rate_interval` in its rates.
-The tests regenerate them byte for byte, validate them against Grafana's dashboard JSON schema,
-check every `clusterhealth_*` name against the agent's exposition and the recording rules, and run
-every query on a real Prometheus that scraped simulated nodes.
+file: a fleet overview, a node view, a fabric view and a jobs view, one module each (`fleet.py`,
+`node.py`, `fabric.py`, `jobs.py`), built from the panel helpers of `panels.py`. Each has a fixed
+uid, the `clusterhealth` tag, variables for the data source, the job and the node, and
+`$__rate_interval` in its rates. The tests regenerate them byte for byte, validate them against
+Grafana's dashboard JSON schema, check every `clusterhealth_*` name against the agent's exposition
+and the recording rules, and run every query on a real Prometheus that scraped simulated nodes.
 
 The SDK is a development dependency (the `test` extra); the agent never imports this module.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from clusterhealth.dashboards import fabric, fleet, node
+from clusterhealth.dashboards import fabric, fleet, jobs, node
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,6 +29,7 @@ DASHBOARDS = {
     "clusterhealth-fleet.json": fleet.dashboard,
     "clusterhealth-node.json": node.dashboard,
     "clusterhealth-fabric.json": fabric.dashboard,
+    "clusterhealth-jobs.json": jobs.dashboard,
 }
 
 

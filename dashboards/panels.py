@@ -4,7 +4,7 @@ One helper per kind of panel (`graph`, `grid`, `number`, `timeline`), each takin
 description and `Query`s; `base` gives a dashboard its fixed uid, the `clusterhealth` tag, the
 variables for the data source, the job and the node, and the links to the other dashboards;
 `with_rows` lays rows of panels out in reading order. The dashboards themselves are in `fleet.py`,
-`node.py` and `fabric.py`, and `build.py` writes them.
+`node.py`, `fabric.py` and `jobs.py`, and `build.py` writes them.
 """
 
 from __future__ import annotations

@@ -54,6 +54,14 @@ class NvlinkReading:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device (GPU instance) of a GPU in MIG mode: how pod-resources and the mapping files name it."""
+
+    uuid: str  # MIG-<uuid>
+    gpu_instance_id: int | None
+
+
 @dataclass
 class GpuReading:
     """One GPU at one instant. None means NVML could not tell; the series is then absent."""
@@ -91,6 +99,12 @@ class GpuReading:
     pcie_link_width_max: int | None = None
     pcie_replay_errors: int | None = None
     nvlinks: list[NvlinkReading] = field(default_factory=list)
+    # Who runs on the GPU, for job attribution (exporters/jobs/): the minor number of its device
+    # file (/dev/nvidiaN, how Slurm and GKE number GPUs), the pids of its compute processes
+    # (None: unreadable) and its MIG devices.
+    minor_number: int | None = None
+    compute_pids: tuple[int, ...] | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -185,7 +199,41 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
         index, "nvmlDeviceGetPcieReplayCounter", pynvml.nvmlDeviceGetPcieReplayCounter, handle
     )
     r.nvlinks = _read_nvlinks(s, index, handle)
+    r.minor_number = q(index, "nvmlDeviceGetMinorNumber", pynvml.nvmlDeviceGetMinorNumber, handle)
+    processes = q(
+        index,
+        "nvmlDeviceGetComputeRunningProcesses",
+        pynvml.nvmlDeviceGetComputeRunningProcesses,
+        handle,
+    )
+    r.compute_pids = tuple(sorted({int(p.pid) for p in processes})) if processes is not None else None
+    r.mig_devices = _read_mig_devices(s, index, handle)
     return r
+
+
+def _read_mig_devices(s: NvmlSession, index: int, handle: Any) -> tuple[MigDevice, ...]:
+    """The MIG devices of a GPU in MIG mode; none for a GPU without MIG or with MIG off."""
+    mode = s.query(index, "nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
+    if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    slots = s.query(index, "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+    found = []
+    for slot in range(slots or 0):
+        # An empty slot answers NotFound, which the policy reads as absent.
+        mig = s.query(
+            index,
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
+            handle,
+            slot,
+        )
+        if mig is None:
+            continue
+        uuid = text(s.query(index, "nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+        instance = s.query(index, "nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+        if uuid:
+            found.append(MigDevice(uuid, instance))
+    return tuple(found)
 
 
 def _field_value(s: NvmlSession, index: int, handle: Any, field_id: int) -> float | None:
@@ -634,4 +682,4 @@ class _FamilyBuilder:
         return fam
 
 
-__all__ = ["GpuCollector", "GpuReading", "error_name", "read_gpu"]
+__all__ = ["GpuCollector", "GpuReading", "MigDevice", "error_name", "read_gpu"]

@@ -4,7 +4,8 @@ profile), a real Alertmanager running the example config, and a webhook receivin
 - `healthy`: the healthy H100 scenario on the healthy sysfs tree, with a node-local nccl-tests
   probe and a peer (iperf3) probe that meet their expectation;
 - `gpu`: the faulty H100 scenario (GPU 6 lost from the start) and its kernel log, on the healthy
-  sysfs tree: the GPU faults;
+  sysfs tree: the GPU faults; its Slurm job's process under a simulated /proc, so that the job is
+  named on each GPU and GPU 3 (clocked down) and GPU 0 (barely active) are its stragglers;
 - `fabric`: the healthy H100 scenario on the faulty sysfs tree, with a probe held to more than it
   measures: the RDMA, network, firmware and fabric faults.
 
@@ -27,7 +28,9 @@ from typing import Any
 import yaml
 
 from clusterhealth.agent.demo import kmsg_record
+from clusterhealth.exporters.sim import procfs as sim_procfs
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sim.scenario import load_scenario
 
 from .conftest import FIXTURES, SCENARIOS, AgentProcess, require_tool
 from .mixin import ROOT, mixin
@@ -39,6 +42,7 @@ PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
 PAGE_WAIT, TICKET_WAIT = "2s", "6s"
 FAST_COLLECTORS = {
     "gpu": {"interval_seconds": 1},
+    "jobs": {"interval_seconds": 1},
     "rdma": {"interval_seconds": 1},
     "kernel_log": {"interval_seconds": 1},
     "audit": {"interval_seconds": 1},
@@ -145,6 +149,8 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         fault.pop("from_seconds", None)  # GPU 6 is lost from the start: no 45 s wait
     gpu_scenario = tmp / "gpu-faults.yaml"
     gpu_scenario.write_text(yaml.safe_dump(faulty))
+    gpu_proc = tmp / "gpu-proc"
+    sim_procfs.build(gpu_proc, load_scenario(gpu_scenario))
     healthy_scenario = SCENARIOS / "h100-healthy.yaml"
 
     nodes = {
@@ -177,6 +183,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
             kmsg.touch()
             if kernel_log:
                 _kmsg(kmsg, kernel_log)
+            procfs = ["--procfs-root", str(gpu_proc)] if node == "gpu" else []
             agents[node] = AgentProcess(
                 [
                     "--config",
@@ -187,6 +194,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
                     str(sysfs),
                     "--kmsg-path",
                     str(kmsg),
+                    *procfs,
                 ]
             )
         instances = {node: agent.url.removeprefix("http://") for node, agent in agents.items()}

@@ -65,6 +65,7 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     text = text.replace(
         "{{ $value | humanize1024 }}", _humanize(value, 1024, ("", "ki", "Mi", "Gi", "Ti", "Pi"))
     )
+    text = text.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
     text = text.replace("{{ $value }}", _go_float(value))
     assert "{{" not in text, f"template construct the test cannot expand: {text}"
     return text

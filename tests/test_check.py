@@ -74,6 +74,41 @@ def test_json_output_lists_every_result() -> None:
     assert report["summary"].startswith("CRITICAL: ")
 
 
+@pytest.fixture(scope="module")
+def job_node(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The faulty node's flags, with its Slurm job's process under a simulated /proc."""
+    from clusterhealth.exporters.sim import procfs as sim_procfs
+    from clusterhealth.exporters.sim.scenario import load_scenario
+
+    proc = tmp_path_factory.mktemp("proc")
+    sim_procfs.build(proc, load_scenario(FAULTY))
+    return ["--simulate", str(FAULTY), "--sysfs-root", str(CLUSTER_NODE), "--kmsg-path", "/dev/null",
+            "--procfs-root", str(proc)]  # fmt: skip
+
+
+def test_each_gpu_finding_names_the_job_on_its_gpu(job_node: list[str], tmp_path: Path) -> None:
+    table = check(*job_node).stdout.splitlines()
+    assert table[0].split() == ["STATUS", "CHECK", "SUBJECT", "JOB", "MESSAGE"]
+    rows = {tuple(line.split()[:4]) for line in table[1:]}
+    assert ("CRITICAL", "gpu_pcie_link", "1", "slurm:817304") in rows
+    assert ("CRITICAL", "gpu_row_remap", "7", "slurm:817304") in rows
+    # A finding about no GPU has no job.
+    assert any(line.split()[:3] == ["CRITICAL", "rdma_port_state", "mlx5_3/1"] and "slurm:" not in line
+               for line in table)  # fmt: skip
+    report = json.loads(check("--json", *job_node).stdout)
+    by_key = {(r["check"], r["subject"]): r for r in report["results"]}
+    job = {"scheduler": "slurm", "job": "817304", "namespace": "", "pod": "", "container": ""}
+    assert by_key[("gpu_pcie_link", "1")]["jobs"] == [job]
+    assert by_key[("gpu_lost", "0")]["jobs"] == [job]
+    assert "jobs" not in by_key[("rdma_port_state", "mlx5_3/1")]
+    line = check("--format", "line", "--only", "gpu_.*", *job_node).stdout.strip()
+    assert line.startswith("CRITICAL: gpu_pcie_link 1 [job slurm:817304]: GPU 1 "), line
+    # Attribution off: no job column, no jobs in the JSON.
+    off = check(*job_node, config={"collectors": {"jobs": {"enabled": False}}}, tmp_path=tmp_path)
+    assert off.stdout.splitlines()[0].split() == ["STATUS", "CHECK", "SUBJECT", "MESSAGE"]
+    assert "slurm:" not in off.stdout
+
+
 def test_healthy_node_is_ok(quiet_node: dict[str, str]) -> None:
     result = check(
         "--simulate", str(HEALTHY), "--sysfs-root", quiet_node["sysfs"], "--kmsg-path", quiet_node["kmsg"]

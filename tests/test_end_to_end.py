@@ -41,6 +41,11 @@ EXPECTED = [
     ("gpu", "GPUPCIeLinkDegraded", {"gpu": "1"}, "warning"),
     ("gpu", "NVLinkDown", {"gpu": "2", "link": "5"}, "critical"),
     ("gpu", "NodeStraggler", {"gpu": "3"}, "warning"),
+    # The scenario's Slurm job, named by its process's cgroup: GPU 3's clock and GPU 0's SM
+    # activity hold it back, and the node's critical faults hit it.
+    ("gpu", "JobStraggler", {"gpu": "3", "signal": "sm_clock", "exported_job": "817304"}, "warning"),
+    ("gpu", "JobStraggler", {"gpu": "0", "signal": "sm_active", "exported_job": "817304"}, "warning"),
+    ("gpu", "JobHitByNodeFault", {"scheduler": "slurm", "exported_job": "817304"}, "critical"),
     ("fabric", "RDMAPortDown", {"device": "mlx5_3", "port": "1"}, "critical"),
     ("fabric", "RDMAPortErrorsUnknown", {"device": "mlx5_5", "counter": "symbol_error"}, "warning"),
     ("fabric", "RDMAPCIeLinkDegraded", {"device": "mlx5_4"}, "warning"),
@@ -162,6 +167,16 @@ def test_the_faulty_nodes_page_and_ticket_and_the_healthy_node_stays_quiet(fleet
         f"GPU 5 ({ecc['labels']['uuid']}) on {fleet.instance('gpu')}"
     )
 
+    # The join: each answering GPU of the gpu node carries the job, as Prometheus stores it.
+    gpu_node = fleet.instance("gpu")
+    joined = fleet.prometheus.query(
+        f'instance_gpu_workload:clusterhealth_gpu_sm_clock_hertz:join{{instance="{gpu_node}"}}'
+    )
+    assert sorted(
+        (s["metric"]["gpu"], s["metric"]["exported_job"], s["metric"]["source"]) for s in joined
+    ) == [(str(g), "817304", "cgroup") for g in (0, 1, 2, 3, 4, 5, 7)]
+    assert "job" in joined[0]["metric"] and joined[0]["metric"]["job"] == "clusterhealth"
+
     healthy = fleet.instance("healthy")
     assert not [a for a in fleet.prometheus.alerts() if a["labels"].get("instance") == healthy]
     assert fleet.prometheus.query(f'ALERTS{{instance="{healthy}"}}') == []
@@ -249,6 +264,7 @@ def test_every_panel_query_runs_and_returns_data_on_a_real_prometheus(fleet: Fle
         "clusterhealth-fabric.json": ".*",
         # the node with GPU faults; its sysfs is the healthy tree with every RDMA series
         "clusterhealth-node.json": fleet.instance("gpu").replace(".", "\\\\."),
+        "clusterhealth-jobs.json": ".*",
     }
     pending = [
         (name, title, concrete(expr, nodes[name]))

@@ -27,12 +27,14 @@ from clusterhealth.agent.demo import kmsg_record
 from clusterhealth.agent.pairwise import GroupState, GroupStore, SlotResult, state_path
 from clusterhealth.checks.fabric.schedule import round_at
 from clusterhealth.checks.probes import ProbeOutcome
+from clusterhealth.exporters.sim import procfs as sim_procfs
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 from clusterhealth.exporters.sim.scenario import load_scenario
 
-from .conftest import FIXTURES, GOLDEN, SCENARIOS, run_cli, samples
+from .conftest import FIXTURES, GOLDEN, SCENARIOS, run_cli, samples, value
 
 GOLDEN_FILE = GOLDEN / "h100-faulty.prom"
+JOB = "817304"  # the faulty scenario's Slurm job
 
 # Every GPU and meta metric of SPEC.md with the labels SPEC gives it (per-GPU: gpu and uuid).
 SPEC_GPU = {
@@ -115,8 +117,16 @@ def golden_node(root: Path) -> list[str]:
         )
     )
     _record_a_meeting(root / "state")
+    # The scenario's Slurm job: its process's cgroup under /proc, its job cgroup under sysfs, and
+    # the Prolog's mapping files (which win over the cgroups, and agree with them).
+    sim_procfs.build(root / "proc", parsed)
+    sim_procfs.build_job_cgroups(root / "sys", parsed)
+    (root / "jobs").mkdir()
+    for gpu in range(len(parsed.gpus)):
+        (root / "jobs" / str(gpu)).write_text(f"{JOB}\n")
     node = ["--config", str(config), "--simulate", str(scenario), "--node-name", "gpu-001"]
-    return [*node, "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
+    jobs = ["--procfs-root", str(root / "proc"), "--job-mapping-dir", str(root / "jobs")]
+    return [*node, "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg), *jobs]
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +232,20 @@ def test_no_sample_is_a_placeholder_zero_for_a_missing_value(faulty_exposition: 
     assert ("clusterhealth_gpu_up", "6") in names
 
 
+def test_the_scenarios_job_is_named_on_each_gpu_that_answers(faulty_exposition: str) -> None:
+    rows = [dict(ls) for n, ls in samples(faulty_exposition) if n == "clusterhealth_gpu_job_info"]
+    # GPU 6 never answered: neither its minor number nor its processes are known.
+    assert sorted(r["gpu"] for r in rows) == ["0", "1", "2", "3", "4", "5", "7"]
+    for row in rows:
+        assert row["uuid"].startswith("GPU-")
+        assert (row["scheduler"], row["job"], row["source"]) == ("slurm", JOB, "mapping_dir")
+        assert (row["namespace"], row["pod"], row["container"]) == ("", "", "")
+    assert value(faulty_exposition, "clusterhealth_gpu_job_unattributed_busy_gpus") == 0
+    assert value(faulty_exposition, "clusterhealth_gpu_job_conflicting_gpus") == 0
+    assert value(faulty_exposition, "clusterhealth_gpu_job_source_success", source="mapping_dir") == 1
+    assert value(faulty_exposition, "clusterhealth_gpu_job_source_success", source="cgroup") == 1
+
+
 def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: str) -> None:
     units = (
         "_ratio",
@@ -260,6 +284,11 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_probe_peer_success",
         "clusterhealth_probe_round",
         "clusterhealth_probe_group_members",
+        "clusterhealth_gpu_job_source_success",
+        # counts of things, named by what they count
+        "clusterhealth_gpu_job_unattributed_busy_gpus",
+        "clusterhealth_gpu_job_conflicting_gpus",
+        "clusterhealth_gpu_job_mapping_expired_files",
     }
     for name, labels in samples(faulty_exposition):
         assert "hostname" not in dict(labels) and "host" not in dict(labels)

@@ -136,6 +136,37 @@ def test_the_daemonset_mounts_the_host_read_only_and_reaches_the_gpus(
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_job_attribution_mounts_the_kubelet_socket_and_the_hosts_proc_read_only(
+    objects: dict[str, dict[str, Any]],
+) -> None:
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["pod-resources"]["hostPath"] == {
+        "path": "/var/lib/kubelet/pod-resources",
+        "type": "Directory",
+    }
+    # At the kubelet's own path, where the agent's --pod-resources-socket default looks.
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    assert volumes["proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
+    assert mounts["proc"] == {"name": "proc", "mountPath": "/host/proc", "readOnly": True}
+    assert "--procfs-root=/host/proc" in container["args"]
+    off = next(
+        o
+        for o in render("--set", "jobs.podResources=false", "--set", "jobs.hostProc=false")
+        if o["kind"] == "DaemonSet"
+    )
+    (bare,) = off["spec"]["template"]["spec"]["containers"]
+    assert {m["name"] for m in bare["volumeMounts"]}.isdisjoint({"pod-resources", "proc"})
+    assert not any(a.startswith("--procfs-root") for a in bare["args"])
+    kubernetes_validate.validate(off, KUBERNETES_VERSION, strict=True)
+
+
 def test_the_default_image_is_the_one_make_image_builds(objects: dict[str, dict[str, Any]]) -> None:
     """repository:tag = clusterhealth:<appVersion> = make image's default IMAGE for the package version."""
     (container,) = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"]

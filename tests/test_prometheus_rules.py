@@ -808,10 +808,13 @@ def test_each_alert_carries_the_labels_its_inhibitions_match_on() -> None:
 
 
 def test_every_alert_has_firing_and_quiet_cases() -> None:
+    from .test_job_rules import JOB_CASES  # the job rules' cases live in their own file
+
+    cases = [*CASES, *JOB_CASES]
     names = {a.name for a in mixin.alerts(mixin.Config())}
     severities = {(a.name, a.severity) for a in mixin.alerts(mixin.Config())}
-    fired = {(c.alert, f.severity) for c in CASES for _, firing in c.evals for f in firing}
-    quiet = {c.alert for c in CASES for _, firing in c.evals if not firing}
+    fired = {(c.alert, f.severity) for c in cases for _, firing in c.evals for f in firing}
+    quiet = {c.alert for c in cases for _, firing in c.evals if not firing}
     assert severities == fired, severities ^ fired
     assert names == quiet, names ^ quiet
 

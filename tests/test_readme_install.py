@@ -81,4 +81,8 @@ def test_the_slurm_block_points_slurmd_at_the_installed_health_check() -> None:
     )
     assert settings["HealthCheckProgram"] == "/usr/local/sbin/clusterhealth-healthcheck"
     assert "/usr/local/sbin/clusterhealth-healthcheck" in dry_run("make install")
+    # and the job-mapping Prolog and Epilog that make install puts beside it
+    assert settings["Prolog"] == "/usr/local/sbin/clusterhealth-prolog"
+    assert settings["Epilog"] == "/usr/local/sbin/clusterhealth-epilog"
+    assert "deploy/slurm/clusterhealth-prolog deploy/slurm/clusterhealth-epilog" in dry_run("make install")
     assert reconfigure == "scontrol reconfigure"

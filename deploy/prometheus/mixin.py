@@ -146,6 +146,17 @@ class Config:
     straggler_pairwise_host_expr: str = field(
         default="", metadata={"doc": "extra suspect-host expression joined to NodeStraggler"}
     )
+    # Jobs (clusterhealth_gpu_job_info; docs/runbooks/JobStraggler.md): a GPU of a busy multi-GPU
+    # workload well below the workload's median.
+    job_straggler_clock_margin: float = field(
+        default=0.1, metadata={"doc": "JobStraggler: an SM clock this fraction below its job's median"}
+    )
+    job_straggler_activity_margin: float = field(
+        default=0.5, metadata={"doc": "JobStraggler: SM activity this fraction below its job's median"}
+    )
+    job_straggler_min_gpus: int = field(
+        default=2, metadata={"doc": "JobStraggler: GPUs a job needs for its median to mean anything"}
+    )
 
 
 # The profile tests/test_end_to_end.py runs: every duration short enough for a test of seconds.
@@ -829,7 +840,122 @@ clusterhealth_check_status{m('check="gpu_lost"')} > 0""",
             ),
         ],
     )
-    return [recording, gpu, rdma, fleet, agent]
+    return [recording, gpu, rdma, fleet, agent, *job_groups(c)]
+
+
+@dataclass(frozen=True)
+class JobSignal:
+    """A GPU series JobStraggler compares with the median of the GPU's job: the `signal` label of
+    its alerts, the series, and how far below the median counts (a Config field's value)."""
+
+    name: str
+    metric: str
+    margin: float
+
+
+# The job a series is about (its Prometheus job, and the workload labels of clusterhealth_gpu_job_info
+# without `container` and `source`): a Slurm job, or a pod. `job` in the agent's exposition reaches
+# Prometheus as `exported_job`, its own `job` label being the scrape job's.
+WORKLOAD = "job, scheduler, exported_job, namespace, pod"
+JOB_OF = (
+    "{{ if $labels.pod }}pod {{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.scheduler }} "
+    "job {{ $labels.exported_job }}{{ end }}"
+)
+
+
+def job_signals(c: Config) -> list[JobSignal]:
+    """What JobStraggler looks at: one entry per signal (more, such as throttle time, are one
+    entry each)."""
+    return [
+        JobSignal("sm_clock", "clusterhealth_gpu_sm_clock_hertz", c.job_straggler_clock_margin),
+        JobSignal("sm_active", "clusterhealth_gpu_sm_active_ratio", c.job_straggler_activity_margin),
+    ]
+
+
+def _join(metric: str) -> str:
+    return f"instance_gpu_workload:{metric}:join"
+
+
+def job_groups(c: Config) -> list[Group]:
+    """Job attribution's rules: GPU series joined with the job on each GPU, per-job medians,
+    JobStraggler and JobHitByNodeFault (docs/deploy.md, "Jobs")."""
+
+    def m(*extra: str) -> str:
+        return _matchers(c, *extra)
+
+    joined = [s.metric for s in job_signals(c)] + ["clusterhealth_gpu_utilization_ratio"]
+    records: list[Alert | Record] = []
+    for metric in dict.fromkeys(joined):
+        # One result per GPU and workload on it (a shared GPU has several), with the workload's labels.
+        records.append(
+            Record(
+                _join(metric),
+                f"""{metric}{m()}
+* on (instance, job, gpu, uuid) group_right ()
+clusterhealth_gpu_job_info{m()}""",
+            )
+        )
+        records.append(
+            Record(f"workload:{metric}:median", f"quantile by ({WORKLOAD}) (0.5, {_join(metric)})")
+        )
+    records.append(
+        Record(
+            "workload:clusterhealth_gpu_job_info:gpus",
+            f"count by ({WORKLOAD}) (clusterhealth_gpu_job_info{m()})",
+        )
+    )
+    below = "\nor\n".join(
+        f"""label_replace(
+  {_join(s.metric)}
+  / on ({WORKLOAD}) group_left ()
+  workload:{s.metric}:median
+  < {round(1 - s.margin, 6)},
+  "signal", "{s.name}", "", ""
+)"""
+        for s in job_signals(c)
+    )
+    busy_jobs = f"""workload:clusterhealth_gpu_utilization_ratio:median > {c.busy_utilization}
+and
+workload:clusterhealth_gpu_job_info:gpus >= {c.job_straggler_min_gpus}"""
+    alerts = [
+        Alert(
+            "JobStraggler",
+            "warning",
+            f"""(
+{_indent(below)}
+)
+and on ({WORKLOAD})
+(
+{_indent(busy_jobs)}
+)""",
+            f"{GPU} holds back {JOB_OF}: its {{{{ $labels.signal }}}} is far below the job's median.",
+            "Its {{ $labels.signal }} is at {{ $value | humanizePercentage }} of the median of the "
+            "job's GPUs (an alert below "
+            + ", ".join(f"{1 - s.margin:.0%} for {s.name}" for s in job_signals(c))
+            + ") while the job is busy (its GPUs' median utilization above "
+            + f"{c.busy_utilization:g}). A synchronous job runs at the pace of its slowest rank: a low clock "
+            "is heat, power or a clock setting on this GPU; low SM activity is a rank starved of "
+            "input or stalled. Look for GPUThermalOrPowerSlowdown on the GPU, then drain it or tell "
+            "the job's owner.",
+            c.for_sustained,
+            device=False,
+        ),
+        Alert(
+            "JobHitByNodeFault",
+            "critical",
+            f"""group by ({WORKLOAD}, instance) (clusterhealth_gpu_job_info{m()})
+* on (job, instance) group_left ()
+count by (job, instance) (
+  ALERTS{m('alertstate="firing"', 'severity="critical"', 'alertname!="JobHitByNodeFault"')}
+)""",
+            f"{JOB_OF} runs on {{{{ $labels.instance }}}}, which has a critical alert.",
+            "{{ $value }} critical alert(s) fire on a node this job runs on: the job has likely "
+            "failed or hangs (a collective waits for the rank on that node). The node's own alerts say "
+            "what broke; drain the node and requeue or restart the job.",
+            device=False,
+        ),
+    ]
+    return [Group("clusterhealth.jobs.rules", records), Group("clusterhealth.jobs", alerts)]
 
 
 def alerts(config: Config) -> list[Alert]:

@@ -24,6 +24,9 @@ import pynvml
 from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS, NVLINK_COUNTERS, Scenario
 
 _HANDLE_BASE = 0x1000  # handles are opaque pointers: never 0, never dereferenced by pynvml
+# A MIG device's handle: its GPU's index and its slot, above every GPU handle.
+_MIG_HANDLE_BASE = 0x10000
+_MIG_SLOTS = 8  # nvmlDeviceGetMaxMigDeviceCount of an H100 (7 instances) rounded up
 
 
 def _address(ptr: Any) -> int:
@@ -37,6 +40,12 @@ def _set_pointer(ptr: Any, address: int) -> None:
 def _out(ref: Any, value: Any) -> None:
     """Write an out-parameter passed as byref(c_uint()) and the like."""
     ref._obj.value = value
+
+
+def _mig_of(handle: Any) -> tuple[int, int] | None:
+    """(GPU index, slot) of a MIG device handle; None for any other handle."""
+    address = _address(handle) - _MIG_HANDLE_BASE
+    return divmod(address, _MIG_SLOTS) if address >= 0 else None
 
 
 def _device_call(fn: Callable[..., int]) -> Callable[..., int]:
@@ -168,9 +177,24 @@ class SimulatedLibrary:
         _out(ref, index)
         return pynvml.NVML_SUCCESS
 
-    @_device_call
-    def nvmlDeviceGetUUID(self, index: int, state: dict[str, Any], buf: Any, size: Any) -> int:
+    def nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
+        mig = self._mig(handle)
+        if mig is not None:
+            buf.value = mig["uuid"].encode()
+            return pynvml.NVML_SUCCESS
+        return self._gpu_uuid(handle, buf, size)
+
+    def _uuid_of_gpu(self, index: int, state: dict[str, Any], buf: Any, size: Any) -> int:
         buf.value = state["uuid"].encode()
+        return pynvml.NVML_SUCCESS
+
+    # Under the NVML name, so that a scenario's faults of nvmlDeviceGetUUID apply to GPU handles.
+    _uuid_of_gpu.__name__ = "nvmlDeviceGetUUID"
+    _gpu_uuid: Callable[..., int] = _device_call(_uuid_of_gpu)
+
+    @_device_call
+    def nvmlDeviceGetMinorNumber(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        _out(ref, state["minor_number"])
         return pynvml.NVML_SUCCESS
 
     @_device_call
@@ -386,6 +410,46 @@ class SimulatedLibrary:
             procs[i].gpuInstanceId = 0xFFFFFFFF
             procs[i].computeInstanceId = 0xFFFFFFFF
         _out(count_ref, len(running))
+        return pynvml.NVML_SUCCESS
+
+    # -- MIG ----------------------------------------------------------------------------------
+
+    def _mig(self, handle: Any) -> dict[str, Any] | None:
+        """The scenario's record of a MIG device handle (None for a GPU's handle)."""
+        place = _mig_of(handle)
+        if place is None or not 0 <= place[0] < len(self.scenario.gpus):
+            return None
+        devices = self.state(place[0])["mig_devices"]
+        return devices[place[1]] if place[1] < len(devices) else None
+
+    @_device_call
+    def nvmlDeviceGetMigMode(self, index: int, state: dict[str, Any], current: Any, pending: Any) -> int:
+        enabled = pynvml.NVML_DEVICE_MIG_ENABLE if state["mig_devices"] else pynvml.NVML_DEVICE_MIG_DISABLE
+        _out(current, enabled)
+        _out(pending, enabled)
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetMaxMigDeviceCount(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        _out(ref, _MIG_SLOTS if state["mig_devices"] else 0)
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetMigDeviceHandleByIndex(
+        self, index: int, state: dict[str, Any], slot: Any, ref: Any
+    ) -> int:
+        if not state["mig_devices"]:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if slot.value >= len(state["mig_devices"]):
+            return pynvml.NVML_ERROR_NOT_FOUND  # an empty slot, as the driver answers
+        _set_pointer(ref._obj, _MIG_HANDLE_BASE + index * _MIG_SLOTS + slot.value)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any, ref: Any) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT  # not a MIG device, as the driver answers
+        _out(ref, mig["gpu_instance_id"])
         return pynvml.NVML_SUCCESS
 
     # -- GPM (Hopper and newer) ---------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The simulated node's scenario format: its GPUs and their faults in time, read from YAML.
 
 A scenario names the GPUs (`gpu_count`, `gpu:` for keys every GPU shares, `gpus:` per index; the
-keys are those of `GPU_DEFAULTS`), the driver, and `faults:`, each of which sets keys, loses the
+keys are those of `GPU_DEFAULTS`; who runs on a GPU is its `compute_processes`, each a pid with the
+line of `/proc/<pid>/cgroup` that places it in a Slurm job or a Kubernetes pod, which
+exporters/sim/procfs.py lays out), the driver, and `faults:`, each of which sets keys, loses the
 GPU, raises Xid events, makes NVML calls fail with a named error or hang, from one instant to
 another; `kernel_log:` and `tour:` feed the demo. `load_scenario` checks every key once and returns
 a frozen `Scenario`, or raises `ScenarioError` naming the file, the key and what was expected.
@@ -84,7 +86,12 @@ GPU_DEFAULTS: dict[str, Any] = {
     "nvlinks": 18,
     "nvlink_down": [],
     "nvlink_errors": {},
+    # {pid, used_memory_mib, cgroup}: cgroup is the process's /proc/<pid>/cgroup (exporters/sim/procfs.py).
     "compute_processes": [],
+    # The device file's minor number (/dev/nvidiaN); None: the GPU's index.
+    "minor_number": None,
+    # MIG devices, each {gpu_instance_id, uuid}; the uuid is generated when left out. Empty: MIG off.
+    "mig_devices": [],
 }
 
 # PCI bus ids of the eight GPUs of a DGX H100, in NVML index order.
@@ -212,6 +219,16 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
             DGX_H100_BUS_IDS[i] if i < len(DGX_H100_BUS_IDS) else f"00000000:{0x10 + i:02X}:00.0"
         )
         state.update(_gpu_state(per_gpu.get(i, {}), source, f"gpus.{i}"))
+        if state["minor_number"] is None:
+            state["minor_number"] = i
+        state["mig_devices"] = [
+            {
+                "uuid": "MIG-"
+                + str(uuid.uuid5(uuid.NAMESPACE_URL, f"{seed}/{i}/mig/{m['gpu_instance_id']}")),
+                **m,
+            }
+            for m in state["mig_devices"]
+        ]
         gpus.append(state)
     for key in per_gpu:
         if not isinstance(key, int) or not 0 <= key < count:
@@ -309,6 +326,14 @@ def _gpu_state(data: Any, source: str, prefix: str) -> dict[str, Any]:
         if key == "memory_temperature_celsius" and value is None:
             out[key] = None  # the GPU has no HBM sensor
             continue
+        if key == "minor_number":
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ScenarioError(source, f"{prefix}.{key}", "a device minor number (0, 1, ...)", value)
+            out[key] = value
+            continue
+        if key in _LIST_KEYS:
+            out[key] = _records(value, _LIST_KEYS[key], source, f"{prefix}.{key}")
+            continue
         _typed(value, kind, source, f"{prefix}.{key}")
         if key == "clocks_event_reasons":
             for reason in value:
@@ -327,6 +352,28 @@ def _gpu_state(data: Any, source: str, prefix: str) -> dict[str, Any]:
                     )
         out[key] = value
     return out
+
+
+# GPU keys that hold lists of records: each record's keys, their types, and which are required.
+_LIST_KEYS: dict[str, dict[str, tuple[type, bool]]] = {
+    "compute_processes": {"pid": (int, True), "used_memory_mib": (int, False), "cgroup": (str, False)},
+    "mig_devices": {"gpu_instance_id": (int, True), "uuid": (str, False)},
+}
+
+
+def _records(value: Any, fields: dict[str, tuple[type, bool]], source: str, key: str) -> list[dict[str, Any]]:
+    wanted = ", ".join(f"{name}{'' if required else '?'}" for name, (_, required) in fields.items())
+    if not isinstance(value, list):
+        raise ScenarioError(source, key, f"a list of mappings of {wanted}", value)
+    for n, record in enumerate(value):
+        if not isinstance(record, dict) or set(record) - set(fields):
+            raise ScenarioError(source, f"{key}[{n}]", f"a mapping of {wanted}", record)
+        for name, (kind, required) in fields.items():
+            if name in record:
+                _typed(record[name], kind, source, f"{key}[{n}].{name}")
+            elif required:
+                raise ScenarioError(source, f"{key}[{n}].{name}", f"a value (a mapping of {wanted})")
+    return [dict(record) for record in value]
 
 
 def _fault(data: Any, source: str, prefix: str, count: int) -> Fault:
