@@ -75,11 +75,13 @@ INHIBITED = [
 # alerts its one notification carries). GPU 5's uncorrectable ECC errors raise GPUUncorrectableECC,
 # Xid 94 and 63 and GPURowRemapPending; before the inhibitions and the grouping by GPU they were 3
 # pages and a ticket, in 3 pager notifications shared with the node's other GPUs.
+# Slurm job 817304 runs on every GPU of the faulty node that answered NVML (all but 6): its
+# JobHitByNodeFault rides in the page of the GPU that hurts it.
 INCIDENTS = [
-    ("gpu", {"gpu": "5"}, "pager", {"GPUUncorrectableECC"}),
-    ("gpu", {"gpu": "2"}, "pager", {"GPUXidCritical", "NVLinkDown"}),
+    ("gpu", {"gpu": "5"}, "pager", {"GPUUncorrectableECC", "JobHitByNodeFault"}),
+    ("gpu", {"gpu": "2"}, "pager", {"GPUXidCritical", "NVLinkDown", "JobHitByNodeFault"}),
     ("gpu", {"gpu": "6"}, "pager", {"GPUFellOffBus", "GPUXidCritical"}),
-    ("gpu", {"gpu": "7"}, "pager", {"GPURowRemapFailed", "GPUXidCritical"}),
+    ("gpu", {"gpu": "7"}, "pager", {"GPURowRemapFailed", "GPUXidCritical", "JobHitByNodeFault"}),
     ("fabric", {"subject": "mlx5_7"}, "ticket", {"NodeCheckFailing"}),
 ]
 

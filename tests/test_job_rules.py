@@ -90,21 +90,36 @@ JOB_CASES = [
     ),
     Case(
         "JobHitByNodeFault",
-        "GPU 0 of n1, where job 4242 runs, falls off the bus; n2 (the job's other node) has a warning "
-        "only; n3 has a critical alert and runs no job",
+        "GPU 0 of n1, where job 4242 runs, falls off the bus (job 4245 on GPU 2 of n1 is not hurt); "
+        "n2 (the job's other node) has a warning only; n3 has a critical alert and runs no job; n4's "
+        "GPU count check fails, which hurts every job on n4 (4246 on GPUs 0 and 1)",
         {
             S("clusterhealth_gpu_job_info", job_gpu("n1", "0", "4242", source="cgroup")): "1x20",
             S("clusterhealth_gpu_job_info", job_gpu("n1", "1", "4242", source="cgroup")): "1x20",
+            S("clusterhealth_gpu_job_info", job_gpu("n1", "2", "4245", source="cgroup")): "1x20",
             S("clusterhealth_gpu_job_info", job_gpu("n2", "0", "4242", source="cgroup")): "1x20",
+            S("clusterhealth_gpu_job_info", job_gpu("n4", "0", "4246", source="cgroup")): "1x20",
+            S("clusterhealth_gpu_job_info", job_gpu("n4", "1", "4246", source="cgroup")): "1x20",
             S("clusterhealth_gpu_up", gpu("0", "n1")): "1x5 0x15",
             S("clusterhealth_gpu_row_remap_pending", gpu("0", "n2")): "1x20",
             S("clusterhealth_gpu_up", gpu("0", "n3")): "0x20",
+            S(
+                "clusterhealth_check_status",
+                {"instance": "n4", "check": "gpu_count", "subject": "node"},
+            ): "0x5 2x15",
         },
         [
             ("4m", []),
             (
                 "10m",
-                [F({"instance": "n1", "scheduler": "slurm", "exported_job": "4242"}, "critical", 1)],
+                [
+                    F(
+                        {"instance": "n1", "scheduler": "slurm", "exported_job": "4242", "gpu": "0"},
+                        "critical",
+                        1,
+                    ),
+                    F({"instance": "n4", "scheduler": "slurm", "exported_job": "4246"}, "critical", 1),
+                ],
             ),
         ],
     ),

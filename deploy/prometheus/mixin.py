@@ -189,6 +189,9 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     "check": ("instance", "check", "subject"),
     "probe": ("instance", "probe"),
     "collector": ("instance", "collector"),
+    # A workload on a node (JobHitByNodeFault): `job` is stored as `exported_job` beside
+    # Prometheus's own scrape job.
+    "job": ("instance", "scheduler", "exported_job", "namespace", "pod"),
 }
 
 
@@ -938,21 +941,31 @@ and on ({WORKLOAD})
             "input or stalled. Look for GPUThermalOrPowerSlowdown on the GPU, then drain it or tell "
             "the job's owner.",
             c.for_sustained,
-            device=False,
+            about="gpu",
         ),
         Alert(
             "JobHitByNodeFault",
             "critical",
-            f"""group by ({WORKLOAD}, instance) (clusterhealth_gpu_job_info{m()})
+            # A GPU's critical alert hurts the jobs on that GPU, and carries its `gpu` so that
+            # Alertmanager's grouping by (instance, gpu) puts it in the GPU's own page; any other
+            # critical alert of a node hurts every job on the node.
+            f"""group by ({WORKLOAD}, instance, gpu) (clusterhealth_gpu_job_info{m()})
+* on (job, instance, gpu) group_left ()
+count by (job, instance, gpu) (
+  ALERTS{m('alertstate="firing"', 'severity="critical"', 'gpu!=""', 'alertname!="JobHitByNodeFault"')}
+)
+or
+group by ({WORKLOAD}, instance) (clusterhealth_gpu_job_info{m()})
 * on (job, instance) group_left ()
 count by (job, instance) (
-  ALERTS{m('alertstate="firing"', 'severity="critical"', 'alertname!="JobHitByNodeFault"')}
+  ALERTS{m('alertstate="firing"', 'severity="critical"', 'gpu=""', 'alertname!="JobHitByNodeFault"')}
 )""",
-            f"{JOB_OF} runs on {{{{ $labels.instance }}}}, which has a critical alert.",
-            "{{ $value }} critical alert(s) fire on a node this job runs on: the job has likely "
+            f"{JOB_OF} runs on {{{{ $labels.instance }}}}"
+            "{{ if $labels.gpu }} GPU {{ $labels.gpu }}{{ end }}, which has a critical alert.",
+            "{{ $value }} critical alert(s) fire on the GPU or node this job runs on: the job has likely "
             "failed or hangs (a collective waits for the rank on that node). The node's own alerts say "
             "what broke; drain the node and requeue or restart the job.",
-            device=False,
+            about="job",
         ),
     ]
     return [Group("clusterhealth.jobs.rules", records), Group("clusterhealth.jobs", alerts)]
@@ -1021,6 +1034,7 @@ NOUNS = {
     "rdma_port": "an RDMA port",
     "pci_function": "a PCI function",
     "check": "a node's check",
+    "job": "a job on a node",
 }
 # An audit check and the firmware component whose version it checks (checks/audits/firmware.py):
 # NodeCheckFailing of the check and FirmwareDrift of the component are the same finding.
