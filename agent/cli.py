@@ -114,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prints the parsed output as JSON on stdout and a one-line verdict on stderr. "
         "Rates in the JSON are in base units where the key says so (*_bytes_per_second) and in GB/s "
         "(10^9 bytes a second, as nccl-tests prints them) in the *_gbps fields. Exit codes, as "
-        "`probe run`: 0 ok, 1 degraded (below --degraded-fraction of --expect), 2 failed, incomplete "
-        "or wrong results.",
+        "`probe run`: 0 ok, 1 degraded (below --degraded-fraction of --expect, or NCCL fell back to "
+        "sockets or shared memory where --has-rdma or --has-nvlink says the node had better), 2 "
+        "failed, incomplete or wrong results.",
     )
     parse.add_argument("--kind", required=True, choices=probe_parsers.KINDS)
     parse.add_argument("file", metavar="FILE", help="the saved output ('-' for standard input)")
@@ -130,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.8,
         metavar="F",
         help="below this fraction of --expect the run is degraded (default 0.8, as probing's)",
+    )
+    parse.add_argument(
+        "--has-rdma",
+        action="store_true",
+        help="the node that printed the output has RDMA devices: an NCCL run over sockets (NET/Socket) "
+        "is a fallback, degraded (`probe run` reads this from sysfs)",
+    )
+    parse.add_argument(
+        "--has-nvlink",
+        action="store_true",
+        help="the node's GPUs have NVLink up: an NCCL run through shared memory (SHM) is a fallback, "
+        "degraded (`probe run` reads this from NVML)",
     )
 
     analyze = sub.add_parser(
@@ -327,7 +340,7 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 
 
 def _probe_run(args: argparse.Namespace) -> int:
-    from clusterhealth.agent.node import Node
+    from clusterhealth.agent.collectors import collect_once, node_links
     from clusterhealth.agent.probing import ProbeRunner, ProbeService
 
     config, _ = load_config(args)
@@ -344,11 +357,17 @@ def _probe_run(args: argparse.Namespace) -> int:
         known = ", ".join(p.name for p in config.probes) or "none configured"
         print(f"clusterhealth: no probe named {args.name!r} (probes: {known})", file=sys.stderr)
         return EXIT_CONFIG
-    node = Node(config, one_shot=True)
+    # The GPUs read once first: a run's NCCL transport is judged against their NVLink links.
+    node, _ = collect_once(config, only=("gpu",))
     try:
         session = node.session if config.collectors.gpu.enabled else None
         # Through the service, so that the result is kept for `scrape` and the agent too.
-        runner = ProbeRunner(config.probing, session, node_name=configuration.node_name(config))
+        runner = ProbeRunner(
+            config.probing,
+            session,
+            node_name=configuration.node_name(config),
+            node_links=node_links(config, node),
+        )
         runs = ProbeService(config.probing, config.probes, runner).run_probe(probe)
     finally:
         node.close()
@@ -429,6 +448,7 @@ def _probe_parse(args: argparse.Namespace) -> int:
         return EXIT_CONFIG  # never 1, which says "degraded"
     from clusterhealth.checks.probes.evaluate import evaluate
     from clusterhealth.checks.probes.runner import RunResult
+    from clusterhealth.checks.probes.transport import NodeLinks
 
     expected = None
     if args.expect is not None:
@@ -444,7 +464,11 @@ def _probe_parse(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     # Judged as `probe run` judges a run that exited 0 with this output.
     run = RunResult((args.kind,), 0, None, False, 0.0, text, "", False, None)
-    outcome = evaluate(args.kind, run, result, expected, args.degraded_fraction)
+    node = NodeLinks(
+        rdma="RDMA devices (--has-rdma)" if args.has_rdma else None,
+        nvlink="NVLink up (--has-nvlink)" if args.has_nvlink else None,
+    )
+    outcome = evaluate(args.kind, run, result, expected, args.degraded_fraction, node)
     print(f"{outcome.result}: {outcome.reason}", file=sys.stderr)
     return PROBE_EXIT[outcome.result]
 

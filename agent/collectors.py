@@ -23,6 +23,7 @@ from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
 from clusterhealth.exporters.base import Collector
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.jobs.collector import JobsCollector
@@ -113,10 +114,20 @@ def _jobs(config: Config, node: Node) -> JobsCollector:
     )
 
 
+def node_links(config: Config, node: Node) -> Callable[[], NodeLinks]:
+    """What the node offers NCCL, read when a probe run is judged: the RDMA devices the rdma
+    collector exports (none known while it is off) and the NVLink links the gpu collector last
+    read: the same facts NCCLTransportFallback reads from the exposition."""
+    rdma = config.collectors.rdma
+    sysfs = Path(config.paths.sysfs) if rdma.enabled else None
+    selects = RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices).selects
+    return lambda: read_node_links(sysfs, selects, node.gpu_state(config)[0])
+
+
 def _probes(config: Config, node: Node) -> ProbeService:
     session = node.session if config.collectors.gpu.enabled else None
     name = node_name(config)
-    runner = ProbeRunner(config.probing, session, node_name=name)
+    runner = ProbeRunner(config.probing, session, node_name=name, node_links=node_links(config, node))
     # Pairwise groups share the probes' families, lock, idle guard and baselines: one collector
     # exports both, since an exposition holds each family once.
     state_dir = Path(config.probing.state_dir)
@@ -195,9 +206,15 @@ COLLECTORS: tuple[Entry, ...] = (
             c.probes,
             c.pairwise_groups,
             c.node_name,
+            # What a run's NCCL transport is judged against (node_links).
+            c.collectors.rdma.enabled,
+            c.collectors.rdma.include_devices,
+            c.collectors.rdma.exclude_devices,
+            c.paths.sysfs,
         ),
         source="subprocesses (nccl-tests, ib_write_bw, iperf3, ...) on the probes' schedule and the "
-        "pairwise groups' rounds; results kept in `probing.state_dir`",
+        "pairwise groups' rounds; results kept in `probing.state_dir`; sysfs `class/infiniband` and "
+        "the gpu collector's NVLink state, to judge NCCL's transport",
     ),
 )
 NAMES = tuple(entry.name for entry in COLLECTORS)
@@ -297,4 +314,4 @@ def collect_once(config: Config, only: Collection[str] | None = None) -> tuple[N
     return node, collectors.active
 
 
-__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once", "collectors_markdown"]
+__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once", "collectors_markdown", "node_links"]

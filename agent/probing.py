@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from clusterhealth.agent.config import ProbeConfig, ProbingConfig, parse_bandwidth
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.probe_parsers import parse
+from clusterhealth.checks.probe_parsers.nccl_transport import Transport
 from clusterhealth.checks.probes import (
     RESULTS,
     BaselineStore,
@@ -42,6 +43,7 @@ from clusterhealth.checks.probes import (
     statefile,
     template,
 )
+from clusterhealth.checks.probes.transport import NodeLinks
 from clusterhealth.exporters.base import CollectorFailed
 from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
 
@@ -72,7 +74,10 @@ class ProbeRunner:
         session: NvmlSession | None,
         gpu_count: int | None = None,
         node_name: str | None = None,
+        node_links: Callable[[], NodeLinks] | None = None,
     ):
+        """`node_links` reads what the node offers NCCL when a run is judged (RDMA devices,
+        NVLink); without it no transport is called a fallback."""
         self.probing = probing
         self.node_name = node_name or socket.gethostname().split(".", 1)[0]
         state = Path(probing.state_dir)
@@ -85,6 +90,7 @@ class ProbeRunner:
         )
         self._session = session
         self._gpu_count = gpu_count
+        self._node_links = node_links
 
     def run(self, probe: ProbeConfig) -> list[PeerRun]:
         return [self.run_peer(probe, peer) for peer in probe.peers or ("",)]
@@ -129,7 +135,8 @@ class ProbeRunner:
         configured = parse_bandwidth(probe.expect) if probe.expect != "learn" else None
         expected = configured if configured is not None else self.baselines.expected(probe.name, peer)
         fraction = probe.degraded_fraction or self.probing.degraded_fraction
-        outcome = evaluate(probe.kind, result, parsed, expected, fraction)
+        links = self._node_links() if self._node_links is not None else None
+        outcome = evaluate(probe.kind, result, parsed, expected, fraction, links)
         if configured is None:
             self.baselines.learn(probe.name, peer, outcome)
         return outcome, result.command
@@ -346,6 +353,8 @@ class ProbeService:
                 families.expected.add_metric([name], outcome.expected_bytes_per_second)
             if outcome.wrong_values is not None:
                 families.wrong.add_metric([name], float(outcome.wrong_values))
+            if outcome.transport is not None and outcome.transport.said:
+                families.transport.add_metric([name, *_transport_labels(outcome.transport)], 1.0)
         problems = [self.results.problem] if self.results.problem is not None else []
         for group in self.groups:
             group.collect(families)
@@ -379,6 +388,7 @@ class ProbeFamilies:
     bandwidth: GaugeMetricFamily
     expected: GaugeMetricFamily
     wrong: GaugeMetricFamily
+    transport: GaugeMetricFamily
     peer_success: GaugeMetricFamily
     round: GaugeMetricFamily
     members: GaugeMetricFamily
@@ -420,6 +430,13 @@ class ProbeFamilies:
                 f"{probe_parsers.wrong_values_help()}.",
                 labels=["probe"],
             ),
+            transport=GaugeMetricFamily(
+                "clusterhealth_probe_transport_info",
+                "The transports NCCL's INFO lines say the probe's last run used, 1: net (IB, Socket, "
+                "OFI, ...), gdrdma (whether GPUDirect RDMA carried network channels), intra (P2P, SHM, "
+                "NVLS or mixed); empty where the output did not say (NCCL_DEBUG=INFO makes it say).",
+                labels=["probe", "net", "gdrdma", "intra"],
+            ),
             peer_success=GaugeMetricFamily(
                 "clusterhealth_probe_peer_success",
                 "1 if this round's meeting with the partner met its expectation, 0 if it was degraded, "
@@ -447,11 +464,17 @@ class ProbeFamilies:
             self.bandwidth,
             self.expected,
             self.wrong,
+            self.transport,
             self.peer_success,
             self.round,
             self.members,
         ]
         return [f for f in families if f.samples]
+
+
+def _transport_labels(transport: Transport) -> list[str]:
+    gdrdma = "" if transport.gdrdma is None else str(transport.gdrdma).lower()
+    return [transport.net or "", gdrdma, transport.intra or ""]
 
 
 def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:

@@ -7,7 +7,7 @@ profile), a real Alertmanager running the example config, and a webhook receivin
   sysfs tree: the GPU faults; its Slurm job's process under a simulated /proc, so that the job is
   named on each GPU and GPU 3 (clocked down) and GPU 0 (barely active) are its stragglers;
 - `fabric`: the healthy H100 scenario on the faulty sysfs tree, with a probe held to more than it
-  measures: the RDMA, network, firmware and fabric faults.
+  measures and one whose NCCL fell back to sockets: the RDMA, network, firmware and fabric faults.
 
 `healthy` and `fabric` also form a pairwise group (real iperf3 over loopback, 12 s rounds) whose
 meetings are fine.
@@ -37,6 +37,9 @@ from .mixin import ROOT, mixin
 from .prom import Alertmanager, Prometheus, Webhook, hurried, wait_for
 
 NCCL_OUTPUT = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
+# Real NCCL INFO lines of a run that fell back to sockets, printed before NCCL_OUTPUT's table.
+DEBUG_INFO = FIXTURES / "nccl-tests" / "nccl-debug-info"
+NCCL_SOCKETS_INFO = DEBUG_INFO / "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"
 IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
 PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
 PAGE_WAIT, TICKET_WAIT = "2s", "6s"
@@ -167,7 +170,17 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         "fabric": (
             healthy_scenario,
             faulty_sys,
-            [_probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "1000 GB/s")],
+            [
+                _probe("nccl-local", "nccl-tests", NCCL_OUTPUT, "1000 GB/s"),
+                # NCCL over sockets on a node with HCAs: NCCLTransportFallback, not ProbeFailing.
+                _probe(
+                    "nccl-sockets",
+                    "nccl-tests",
+                    NCCL_OUTPUT,
+                    "400 GB/s",
+                    argv=["cat", str(NCCL_SOCKETS_INFO), str(NCCL_OUTPUT)],
+                ),
+            ],
             None,
         ),
     }

@@ -88,3 +88,50 @@ def test_unknown_kind_and_missing_file_are_usage_errors() -> None:
     missing = run_cli("probe", "parse", "--kind", "iperf3", "/nonexistent/out.json")
     assert missing.returncode == 2
     assert "cannot read /nonexistent/out.json" in missing.stderr
+
+
+# NCCL's transport: the JSON says what the INFO lines said, and --has-rdma / --has-nvlink state what
+# the node that printed them had, as `probe run` reads it from sysfs and NVML.
+DEBUG_INFO = NCCL / "nccl-debug-info"
+
+
+def test_the_json_carries_the_transport_the_info_lines_say() -> None:
+    result = run_cli(
+        "probe", "parse", "--kind", "nccl-tests", str(DEBUG_INFO / "nccl-tests-issue-166_socket_and_shm.log")
+    )
+    assert json.loads(result.stdout)["transport"] == {"net": "Socket", "gdrdma": False, "intra": "SHM"}
+    quiet = run_cli("probe", "parse", "--kind", "nccl-tests", str(ALLREDUCE))
+    assert json.loads(quiet.stdout)["transport"] == {"net": None, "gdrdma": None, "intra": None}
+
+
+@pytest.mark.parametrize(
+    ("info", "flags", "code", "summary"),
+    [
+        (
+            "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log",
+            ["--has-rdma"],
+            1,
+            "degraded: nccl-tests finished: 467.98 GB/s, but NCCL used sockets (NET/Socket) although the "
+            "node has RDMA devices (--has-rdma)",
+        ),
+        ("nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log", ["--has-nvlink"], 0, "ok: "),
+        (
+            "nccl-tests-issue-228_shm_on_nvswitch.log",
+            ["--has-nvlink", "--has-rdma"],
+            1,
+            "degraded: nccl-tests finished: 467.98 GB/s, but NCCL connected its GPUs through shared "
+            "memory (SHM) although the node has NVLink up (--has-nvlink): peer access is off",
+        ),
+        ("nccl-tests-issue-228_shm_on_nvswitch.log", [], 0, "ok: "),
+    ],
+)
+def test_a_fallback_the_node_had_better_than_exits_1(
+    tmp_path: Path, info: str, flags: list[str], code: int, summary: str
+) -> None:
+    # No capture holds both a whole table and a fallback: the real INFO lines of one output go
+    # before the real table of another, where NCCL prints them (as capture 11 shows).
+    output = tmp_path / "output.txt"
+    output.write_text((DEBUG_INFO / info).read_text() + ALLREDUCE.read_text())
+    result = run_cli("probe", "parse", "--kind", "nccl-tests", *flags, str(output))
+    assert result.returncode == code, result.stderr
+    assert result.stderr.startswith(summary), result.stderr

@@ -52,6 +52,7 @@ EXPECTED = [
     ("fabric", "MTUMismatch", {"interface": "enp170s0f1np1", "mtu": "1500"}, "warning"),
     ("fabric", "NodeCheckFailing", {"check": "hca_firmware", "subject": "mlx5_7"}, "warning"),
     ("fabric", "FabricBandwidthDegraded", {"probe": "nccl-local"}, "warning"),
+    ("fabric", "NCCLTransportFallback", {"probe": "nccl-sockets", "net": "Socket"}, "warning"),
     ("fabric", "RDMALinkFlapping", {"device": "mlx5_5", "counter": "link_downed"}, "warning"),
     ("fabric", "RDMAPortErrors", {"device": "mlx5_0", "counter": "symbol_error"}, "critical"),
     ("fabric", "RDMAPortErrors", {"device": "mlx5_1", "counter": "port_rcv_errors"}, "warning"),

@@ -2,10 +2,10 @@
 
 The node is the faulty scenario's GPUs (clock frozen at 600 s, so energy and the GPU that falls off
 the bus at 45 s are fixed), the simulated sysfs with its HCA faults, the scenario's kernel log
-replayed into a kmsg file, and one probe result (a real nccl-tests capture replayed by `cat`
-through `clusterhealth probe run`), and one meeting of a pairwise group recorded in the current
-round. So every family the agent exports is in one golden file, and promtool lints them all there
-(the round number, which follows the clock, reads NaN there).
+replayed into a kmsg file, and one probe result (a real nccl-tests capture, after real NCCL INFO
+lines, replayed by `cat` through `clusterhealth probe run`), and one meeting of a pairwise group
+recorded in the current round. So every family the agent exports is in one golden file, and
+promtool lints them all there (the round number, which follows the clock, reads NaN there).
 
 Run with CLUSTERHEALTH_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change (the
 test then fails, so that a run in update mode never passes), and review the diff.
@@ -105,13 +105,20 @@ def golden_node(root: Path) -> list[str]:
     kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(parsed.kernel_log, 1)))
     capture = root / "nccl-tests.txt"
     shutil.copyfile(FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt", capture)
+    # NCCL_DEBUG=INFO lines of a real run on IB (GPUDirect RDMA, P2P inside the nodes), printed
+    # before the table as NCCL prints them: the probe's transport is exported, and is no fallback.
+    info = root / "nccl-info.log"
+    debug_info = FIXTURES / "nccl-tests" / "nccl-debug-info"
+    shutil.copyfile(debug_info / "nccl-issue-429_p2p_direct_pointer_and_ib_gdrdma.log", info)
     config = root / "clusterhealth.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 # GPU 0 of the scenario runs a NCCL job: the guard would skip the replayed probe.
                 "probing": {"state_dir": str(root / "state"), "check_gpus_idle": False},
-                "probes": [{"name": "nccl-allreduce", "argv": ["cat", str(capture)], "expect": "480 GB/s"}],
+                "probes": [
+                    {"name": "nccl-allreduce", "argv": ["cat", str(info), str(capture)], "expect": "480 GB/s"}
+                ],
                 "pairwise_groups": [PAIRWISE],
             }
         )

@@ -551,6 +551,7 @@ def test_every_family_is_one_family_with_a_probe_and_a_group(tmp_path: Path) -> 
         "bandwidth",
         "expected",
         "wrong",
+        "transport",
         "peer_success",
         "round",
         "members",

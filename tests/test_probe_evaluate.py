@@ -6,6 +6,7 @@ The run results are built by hand where the case is about the exit status the ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from dataclasses import dataclass
@@ -13,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from clusterhealth.checks.probe_parsers import parse
+from clusterhealth.checks.probe_parsers import ProbeParse, parse
+from clusterhealth.checks.probe_parsers.nccl_tests import NcclTestsResult
+from clusterhealth.checks.probe_parsers.nccl_transport import Transport, read_transport
+from clusterhealth.checks.probes.baseline import BaselineStore
 from clusterhealth.checks.probes.evaluate import RESULTS, ProbeOutcome, evaluate, skipped
 from clusterhealth.checks.probes.runner import RunResult, run
+from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
+from clusterhealth.exporters.gpu import GpuReading, GpuState, NvlinkReading
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GB = 1e9
@@ -325,6 +331,7 @@ def test_to_dict_is_json() -> None:
         "bandwidth_bytes_per_second": pytest.approx(22.123333333333335 * GB),
         "expected_bytes_per_second": None,
         "wrong_values": 128,
+        "transport": {"net": None, "gdrdma": None, "intra": None},
     }
 
 
@@ -338,3 +345,147 @@ def test_results_are_the_metric_label_values() -> None:
 def test_nonsense_thresholds_are_rejected(expected: float, fraction: float) -> None:
     with pytest.raises(ValueError):
         evaluate("nccl-tests", ran(), None, expected, fraction)
+
+
+# -- NCCL's transport: a fallback where the node has better is degraded ------------------------
+
+DEBUG_INFO = FIXTURES / "nccl-tests" / "nccl-debug-info"
+SOCKETS = "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"  # Socket, P2P
+SHM = "nccl-tests-issue-228_shm_on_nvswitch.log"  # SHM on an NVSwitch system
+MIXED = "nccl-issue-1817_mixed_shm_and_p2p.log"
+ON_IB = "nccl-issue-429_p2p_direct_pointer_and_ib_gdrdma.log"  # IB/GDRDMA, P2P
+RDMA_NODE = NodeLinks.of(["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"], None)
+NVLINK_NODE = NodeLinks.of(None, 144)
+BOTH = NodeLinks(RDMA_NODE.rdma, NVLINK_NODE.nvlink)
+
+
+def finished_with(info: str) -> tuple[str, ProbeParse]:
+    """Capture 08's finished run (469.715 GB/s), as if its INFO lines had been those of the real
+    output `info`: no capture holds both a whole table and a fallback, so the transport read from
+    one real output is put on the parse of another."""
+    text = capture("nccl-tests", NCCL_8X_H100)
+    parsed = parse("nccl-tests", text)
+    assert isinstance(parsed, NcclTestsResult) and not parsed.transport.said
+    transport = read_transport((DEBUG_INFO / info).read_text())
+    return text, dataclasses.replace(parsed, transport=transport)
+
+
+@pytest.mark.parametrize(
+    ("info", "node", "expected", "result", "reason"),
+    [
+        (
+            SOCKETS,
+            RDMA_NODE,
+            None,
+            "degraded",
+            "all_reduce_perf finished: 469.71 GB/s, but NCCL used sockets (NET/Socket) although the "
+            "node has RDMA devices (mlx5_0, mlx5_1, mlx5_2, mlx5_3 and 2 more)",
+        ),
+        (
+            SHM,
+            NVLINK_NODE,
+            None,
+            "degraded",
+            "all_reduce_perf finished: 469.71 GB/s, but NCCL connected its GPUs through shared memory "
+            "(SHM) although the node has 144 NVLink links up: peer access is off",
+        ),
+        (
+            MIXED,
+            NVLINK_NODE,
+            400 * GB,
+            "degraded",
+            "NCCL connected some of its GPUs through shared memory (SHM) although the node has 144 "
+            "NVLink links up: peer access is off (469.71 GB/s is 117% of the expected 400.00 GB/s)",
+        ),
+        (
+            SOCKETS,
+            RDMA_NODE,
+            530 * GB,
+            "degraded",
+            "NCCL used sockets (NET/Socket) although the node has RDMA devices (mlx5_0, mlx5_1, mlx5_2, "
+            "mlx5_3 and 2 more); 469.71 GB/s is 89% of the expected 530.00 GB/s, below the 90% threshold",
+        ),
+        # What it has: sockets on an Ethernet-only node, SHM where no NVLink is up.
+        (SOCKETS, NVLINK_NODE, None, "ok", "no expected bandwidth"),
+        (SHM, RDMA_NODE, 400 * GB, "ok", "469.71 GB/s is 117% of the expected 400.00 GB/s"),
+        (ON_IB, BOTH, None, "ok", "no expected bandwidth"),
+        # Facts not known: not judged.
+        (SOCKETS, NodeLinks(), None, "ok", "no expected bandwidth"),
+        (SOCKETS, None, None, "ok", "no expected bandwidth"),
+    ],
+)
+def test_a_transport_fallback_where_the_node_has_better_is_degraded(
+    info: str, node: NodeLinks | None, expected: float | None, result: str, reason: str
+) -> None:
+    text, parsed = finished_with(info)
+    outcome = evaluate("nccl-tests", ran(text), parsed, expected, 0.9, node)
+    assert outcome.result == result
+    assert reason in outcome.reason
+    assert outcome.transport == read_transport((DEBUG_INFO / info).read_text())
+    assert outcome.bandwidth_bytes_per_second == pytest.approx(469.715 * GB)
+
+
+def test_a_failed_run_stays_failed_whatever_its_transport() -> None:
+    text = (DEBUG_INFO / SOCKETS).read_text()
+    outcome = evaluate("nccl-tests", ran(text), parse("nccl-tests", text), None, 0.9, BOTH)
+    assert outcome.result == "failed" and "output is incomplete" in outcome.reason
+    assert outcome.transport == Transport("Socket", False, "P2P")
+
+
+def test_a_run_without_info_lines_is_not_judged() -> None:
+    text = capture("nccl-tests", NCCL_8X_H100)
+    outcome = evaluate("nccl-tests", ran(text), parse("nccl-tests", text), None, 0.9, BOTH)
+    assert outcome.result == "ok" and outcome.transport == Transport()
+
+
+def test_kinds_that_do_not_say_have_no_transport() -> None:
+    text = capture("iperf3", "01_tcp_loopback.json")
+    outcome = evaluate("iperf3", ran(text, program="iperf3"), parse("iperf3", text), None, 0.9, BOTH)
+    assert outcome.transport is None
+
+
+def test_a_run_that_fell_back_does_not_feed_the_learned_baseline(tmp_path: Path) -> None:
+    baselines = BaselineStore(tmp_path, window=10, min_runs=1)
+    text, parsed = finished_with(SOCKETS)
+    outcome = evaluate("nccl-tests", ran(text), parsed, None, 0.9, RDMA_NODE)
+    assert not outcome.success and not baselines.learn("nccl", "", outcome)
+    assert baselines.expected("nccl", "") is None
+
+
+def test_the_transport_survives_the_state_file() -> None:
+    text, parsed = finished_with(MIXED)
+    outcome = evaluate("nccl-tests", ran(text), parsed, None, 0.9, NVLINK_NODE)
+    kept = json.loads(json.dumps(dataclasses.asdict(outcome)))
+    assert ProbeOutcome.from_state(kept) == outcome
+    # A state file written before the transport was kept reads as "not said".
+    del kept["transport"]
+    assert ProbeOutcome.from_state(kept).transport is None
+    with pytest.raises(ValueError):
+        ProbeOutcome.from_state({**kept, "transport": {"net": "IB"}})
+
+
+SYSFS = FIXTURES / "sysfs" / "cluster-node" / "sys"  # mlx5_0..mlx5_9 and irdma0
+
+
+def gpus(*links_up: tuple[bool, ...]) -> GpuState:
+    return GpuState(
+        [
+            GpuReading(i, f"GPU-{i}", True, nvlinks=[NvlinkReading(n, up) for n, up in enumerate(links)])
+            for i, links in enumerate(links_up)
+        ],
+        "550.54.15",
+    )
+
+
+def test_the_node_links_are_the_devices_the_rdma_collector_selects_and_the_nvlinks_up() -> None:
+    everything = read_node_links(SYSFS, lambda device: True, gpus((True, True, False), (True, False)))
+    assert everything == NodeLinks(
+        "RDMA devices (irdma0, mlx5_0, mlx5_1, mlx5_2 and 7 more)", "3 NVLink links up"
+    )
+    some = read_node_links(SYSFS, lambda device: device in ("mlx5_3", "mlx5_4"), gpus((False,)))
+    assert some == NodeLinks("RDMA devices (mlx5_3, mlx5_4)", None)
+    # Not known: the rdma collector off (no sysfs root given), GPUs not read yet, sysfs without
+    # class/infiniband; and a filter that selects nothing.
+    assert read_node_links(None, lambda device: True, None) == NodeLinks()
+    assert read_node_links(SYSFS.parent, lambda device: True, gpus()) == NodeLinks()
+    assert read_node_links(SYSFS, lambda device: False, gpus((False, False))) == NodeLinks()

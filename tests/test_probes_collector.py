@@ -117,3 +117,82 @@ def test_the_idle_guard_asks_again_right_before_launch(tmp_path: Path) -> None:
     assert (code, runs[0]["result"]) == (3, "skipped"), runs
     assert "busy command exited 0" in runs[0]["reason"]
     assert calls.read_text().count("x") == 2
+
+
+# NCCL's transport. No capture holds both a whole table and a fallback: each probe prints the real
+# INFO lines of one output, then capture 08's real table, as NCCL prints them (INFO lines first).
+DEBUG_INFO = FIXTURES / "nccl-tests" / "nccl-debug-info"
+SYSFS = FIXTURES / "sysfs" / "cluster-node" / "sys"  # mlx5_0..mlx5_9 and irdma0
+SOCKETS = DEBUG_INFO / "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"
+SHM = DEBUG_INFO / "nccl-tests-issue-228_shm_on_nvswitch.log"
+TRANSPORT_PROBES = [
+    {"name": "sockets", "kind": "nccl-tests", "argv": ["cat", str(SOCKETS), str(CAPTURE)]},
+    {"name": "shm", "kind": "nccl-tests", "argv": ["cat", str(SHM), str(CAPTURE)]},
+    {"name": "quiet", "kind": "nccl-tests", "argv": ["cat", str(CAPTURE)]},
+]
+
+
+def transport_config(tmp_path: Path, rdma: bool) -> Path:
+    path = config_file(tmp_path, TRANSPORT_PROBES)
+    data = yaml.safe_load(path.read_text())
+    data["collectors"]["rdma"] = {"enabled": rdma}
+    data["paths"] = {"sysfs": str(SYSFS)}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_run_that_fell_back_is_degraded_and_exports_its_transport(tmp_path: Path) -> None:
+    config = transport_config(tmp_path, rdma=True)
+    idle = _idle_scenario(tmp_path)  # 2 H100s with 18 NVLinks each
+
+    code, runs, _ = probe_run(config, "sockets", "--simulate", idle)
+    assert (code, runs[0]["result"]) == (1, "degraded"), runs
+    assert (
+        "NCCL used sockets (NET/Socket) although the node has RDMA devices (irdma0, mlx5_0"
+        in (runs[0]["reason"])
+    )
+    assert runs[0]["transport"] == {"net": "Socket", "gdrdma": False, "intra": "P2P"}
+    code, runs, _ = probe_run(config, "shm", "--simulate", idle)
+    assert (code, runs[0]["result"]) == (1, "degraded"), runs
+    assert "shared memory (SHM) although the node has 36 NVLink links up" in runs[0]["reason"]
+    code, runs, _ = probe_run(config, "quiet", "--simulate", idle)
+    assert (code, runs[0]["result"]) == (0, "ok"), runs
+
+    scraped = run_cli("scrape", "--config", str(config), "--simulate", idle).stdout
+    info = "clusterhealth_probe_transport_info"
+    assert value(scraped, info, probe="sockets", net="Socket", gdrdma="false", intra="P2P") == 1
+    assert value(scraped, info, probe="shm", net="", gdrdma="", intra="SHM") == 1
+    assert not [line for line in scraped.splitlines() if line.startswith(info) and 'probe="quiet"' in line]
+    assert value(scraped, "clusterhealth_probe_success", probe="sockets") == 0
+    assert value(scraped, "clusterhealth_probe_runs_total", probe="shm", result="degraded") == 1
+
+
+def test_what_the_agent_does_not_know_the_node_has_is_no_fallback(
+    tmp_path: Path, write_scenario: Callable[..., Path]
+) -> None:
+    # The rdma collector off (NCCLTransportFallback cannot see the devices either) and GPUs
+    # without NVLink: sockets and shared memory are what the node has.
+    config = transport_config(tmp_path, rdma=False)
+    pcie = write_scenario(scenario(gpus={0: {"nvlinks": 0}, 1: {"nvlinks": 0}}))
+    for name in ("sockets", "shm"):
+        code, runs, _ = probe_run(config, name, "--simulate", str(pcie))
+        assert (code, runs[0]["result"]) == (0, "ok"), runs
+        assert runs[0]["transport"]["intra"] in ("P2P", "SHM")
+
+
+def test_the_agent_judges_its_scheduled_runs_by_the_nvlinks_its_gpu_collector_read(
+    tmp_path: Path, agent_process: Callable[..., AgentProcess]
+) -> None:
+    shm = {**TRANSPORT_PROBES[1], "interval_seconds": 1, "jitter_seconds": 0}
+    config = config_file(tmp_path, [shm], check_gpus_idle=False)
+    agent = agent_process("--config", str(config), "--simulate", _idle_scenario(tmp_path))
+    agent.wait_for(
+        lambda: (
+            (value(agent.metrics(), "clusterhealth_probe_runs_total", probe="shm", result="degraded") or 0)
+            >= 1
+        ),
+        what="a degraded run",
+    )
+    text = agent.metrics()
+    assert value(text, "clusterhealth_probe_transport_info", probe="shm", intra="SHM") == 1
+    assert "36 NVLink links up" in agent.log()

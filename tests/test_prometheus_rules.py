@@ -68,6 +68,14 @@ def aer(device: str, driver: str, error_class: str, instance: str = "n1") -> dic
     return {"instance": instance, "device": device, "driver": driver, "class": error_class}
 
 
+def transport(instance: str, net: str, gdrdma: str, intra: str) -> dict[str, str]:
+    """The labels of a probe's clusterhealth_probe_transport_info (empty: the run did not say)."""
+    return {"instance": instance, "probe": "nccl", "net": net, "gdrdma": gdrdma, "intra": intra}
+
+
+TRANSPORT = "clusterhealth_probe_transport_info"
+
+
 def S(name: str, where: dict[str, str]) -> str:
     where = dict(where)
     full = labels(where.pop("instance", "n1"), where)
@@ -648,6 +656,80 @@ CASES = [
             S("clusterhealth_probe_success", {"instance": "n3", "probe": "nccl"}): "1x10",
         },
         [("2m", []), ("6m", [F({"instance": "n1", "probe": "nccl"}, "warning", 0)])],
+    ),
+    Case(
+        "NCCLTransportFallback",
+        "sockets on a node with RDMA devices and SHM (all or some channels) on a node with an NVLink "
+        "up fire once the run says so for a minute; sockets without RDMA devices, SHM with every "
+        "NVLink down, and IB with P2P do not",
+        {
+            # n1 has RDMA devices; its run switched from IB to sockets at 5m (a new image).
+            S("clusterhealth_rdma_device_info", {"instance": "n1", "device": "mlx5_0"}): "1x20",
+            S("clusterhealth_rdma_device_info", {"instance": "n1", "device": "mlx5_1"}): "1x20",
+            S(TRANSPORT, transport("n1", "IB", "true", "P2P")): "1x4",
+            S(TRANSPORT, transport("n1", "Socket", "false", "P2P")): "_x5 1x15",
+            # n2: Ethernet only, sockets are all it has.
+            S(TRANSPORT, transport("n2", "Socket", "false", "")): "1x20",
+            # n3: SHM with an NVLink up; n4: mixed; n5: SHM with its NVLinks down (NVLinkDown's).
+            S("clusterhealth_gpu_nvlink_up", gpu("0", "n3", link="0")): "1x20",
+            S("clusterhealth_gpu_nvlink_up", gpu("0", "n3", link="1")): "0x20",
+            S(TRANSPORT, transport("n3", "", "", "SHM")): "1x20",
+            S("clusterhealth_gpu_nvlink_up", gpu("0", "n4", link="0")): "1x20",
+            S(TRANSPORT, transport("n4", "IB", "true", "mixed")): "1x20",
+            S("clusterhealth_gpu_nvlink_up", gpu("0", "n5", link="0")): "0x20",
+            S(TRANSPORT, transport("n5", "", "", "SHM")): "1x20",
+            # n6: what it should be.
+            S("clusterhealth_rdma_device_info", {"instance": "n6", "device": "mlx5_0"}): "1x20",
+            S("clusterhealth_gpu_nvlink_up", gpu("0", "n6", link="0")): "1x20",
+            S(TRANSPORT, transport("n6", "IB", "true", "P2P")): "1x20",
+        },
+        [
+            ("0m", []),
+            (
+                "3m",
+                [
+                    F(transport("n3", "", "", "SHM"), "warning", 1),
+                    F(transport("n4", "IB", "true", "mixed"), "warning", 1),
+                ],
+            ),
+            (
+                "10m",
+                [
+                    F(transport("n1", "Socket", "false", "P2P"), "warning", 1),
+                    F(transport("n3", "", "", "SHM"), "warning", 1),
+                    F(transport("n4", "IB", "true", "mixed"), "warning", 1),
+                ],
+            ),
+        ],
+    ),
+    Case(
+        "ProbeFailing",
+        "a run that fell back is NCCLTransportFallback's, failed or not; the same failure without "
+        "the fallback fires",
+        {
+            S("clusterhealth_rdma_device_info", {"instance": "n1", "device": "mlx5_0"}): "1x10",
+            S("clusterhealth_probe_success", {"instance": "n1", "probe": "nccl"}): "0x10",
+            S(TRANSPORT, transport("n1", "Socket", "false", "P2P")): "1x10",
+            S("clusterhealth_probe_success", {"instance": "n2", "probe": "nccl"}): "0x10",
+            S(TRANSPORT, transport("n2", "IB", "true", "P2P")): "1x10",
+        },
+        [("5m", [F({"instance": "n2", "probe": "nccl"}, "warning", 0)])],
+    ),
+    Case(
+        "FabricBandwidthDegraded",
+        "a slow run that fell back to sockets is NCCLTransportFallback's",
+        {
+            S("clusterhealth_rdma_device_info", {"instance": "n1", "device": "mlx5_0"}): "1x10",
+            S(
+                "clusterhealth_probe_bandwidth_bytes_per_second",
+                {"instance": "n1", "probe": "nccl", "peer": ""},
+            ): ("20e9x10"),
+            S(
+                "clusterhealth_probe_expected_bandwidth_bytes_per_second", {"instance": "n1", "probe": "nccl"}
+            ): ("460e9x10"),
+            S(TRANSPORT, transport("n1", "Socket", "false", "P2P")): "1x10",
+        },
+        [("5m", [])],
     ),
     Case(
         "NodeCheckFailing",

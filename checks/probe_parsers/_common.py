@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from clusterhealth.checks.probe_parsers.nccl_transport import Transport
+
 # ok: the run finished and its own checks passed.
 # wrong_results: the run finished but the tool found the data it moved wrong (nccl-tests' #wrong,
 #   nvbandwidth's pattern check).
@@ -74,6 +76,9 @@ class ProbeKind:
     # The other end's address as the tool printed it, when it does: the server end of a pairwise
     # meeting checks that the client it served is the partner it expected.
     remote_address: Callable[[ProbeParse], str | None] | None = None
+    # Which transports the run used, for a tool that says (NCCL's INFO lines): a run that fell back
+    # to sockets or shared memory where the node has better is degraded (checks/probes/transport.py).
+    transport: Callable[[ProbeParse], Transport | None] | None = None
 
     def rate(self, bytes_per_second: float) -> str:
         return format_rate(bytes_per_second, self.unit)

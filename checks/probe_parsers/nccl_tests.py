@@ -8,7 +8,12 @@ What the parser relies on, and where it comes from:
   column, ``-C 1`` prints ``cputime`` for ``time``, ``-I 1`` adds per-iteration columns and ``-S 1``
   a timestamp. Values are split on whitespace because numbers overflow their printf widths.
 * Launchers prefix lines: OpenMPI ``--tag-output`` writes ``[1,0]<stdout>:``, ``srun --label``
-  writes `` 0: ``. NCCL INFO/WARN lines and MPI warnings land anywhere, even inside the table.
+  writes `` 0: ``, MPICH's Hydra (``-prepend-rank``) writes ``[0]`` before every chunk it passes
+  on, so inside a row too (``-1[0]     159.4``). NCCL INFO/WARN lines and MPI warnings land
+  anywhere, even inside the table and inside a row: the row whose line an INFO line interrupts is
+  lost (its two halves are not joined).
+* With ``NCCL_DEBUG=INFO`` the INFO lines also say which transports NCCL used: ``transport``, read
+  by checks/probe_parsers/nccl_transport.py.
 * A run that dies prints ``<host>: Test NCCL failure ...``, ``Test CUDA failure ...`` or
   ``Test timeout ...`` (rccl-tests also ``Test HIP failure ...``; nccl-tests of 2018 printed a bare
   ``NCCL failure <file>:<line> '<error>'``), then one `` .. <host> pid <n>: Test failure
@@ -36,18 +41,20 @@ import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 from clusterhealth.checks.probe_parsers._common import (
     ProbeKind,
+    ProbeParse,
     Verdict,
     number_or_none,
     parse_float,
     parse_int,
     undocumented_exit_code,
 )
+from clusterhealth.checks.probe_parsers.nccl_transport import Transport, TransportReader
 
 # nccl-tests computes bandwidth as bytes / 1.0E9 / seconds (src/all_reduce.cu, AllReduceGetBw).
 BYTES_PER_GB = 1e9
@@ -91,6 +98,7 @@ _PERF_BINARY = re.compile(rf"\b({'|'.join(_COLLECTIVE_NAMES)})_perf(?:_mpi)?\b")
 
 _MPI_TAG = re.compile(r"^.*?\[\d+,\d+\]<(?:stdout|stderr)>:")
 _SLURM_LABEL = re.compile(r"^\s*\d+: ")
+_HYDRA_RANK = re.compile(r"^(\[\d+\])(?=\s|$)")
 
 _TESTS_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
 _COLLECTIVE_STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
@@ -186,6 +194,7 @@ class NcclTestsResult:
     format: Literal["text", "json"] = "text"
     # Whether the output reaches the table's closing lines (any of them): the run finished.
     finished: bool = False
+    transport: Transport = field(default_factory=Transport)
 
     @property
     def peak_bus_bandwidth_gbps(self) -> float | None:
@@ -267,6 +276,7 @@ class NcclTestsResult:
             "errors": list(self.errors),
             "warnings": list(self.warnings),
             "verdict": self.verdict,
+            "transport": self.transport.to_dict(),
         }
 
 
@@ -305,9 +315,19 @@ def _collective_from_program(name: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _strip_launcher_prefix(line: str) -> str:
+def _strip_launcher_prefix(line: str) -> tuple[str, str | None]:
+    """The line without its launcher's prefix, and Hydra's rank tag when it had one (Hydra repeats
+    the tag inside the line, after each chunk it passed on)."""
     line = _SLURM_LABEL.sub("", line, count=1)
-    return _MPI_TAG.sub("", line, count=1)
+    line = _MPI_TAG.sub("", line, count=1)
+    if match := _HYDRA_RANK.match(line):
+        return line[match.end() :], match.group(1)
+    return line, None
+
+
+def _untagged(tokens: list[str], tag: str) -> list[str]:
+    """Row tokens without the rank tag Hydra glued to the end of a chunk (`-1[0]`, `0[0]`)."""
+    return [t[: -len(tag)] if t.endswith(tag) and len(t) > len(tag) else t for t in tokens]
 
 
 @dataclass(frozen=True)
@@ -411,10 +431,12 @@ class _TextParse:
         self.nccl_tests_version: str | None = None
         self.validation: bool | None = None
         self.headerless_layout: _Layout | None = None
+        self.transport = TransportReader()
         for raw in text.splitlines():
-            self._line(_strip_launcher_prefix(raw).strip())
+            line, tag = _strip_launcher_prefix(raw)
+            self._line(line.strip(), tag)
 
-    def _line(self, line: str) -> None:
+    def _line(self, line: str, tag: str | None = None) -> None:
         if not line:
             return
         if line.startswith("#"):
@@ -427,9 +449,12 @@ class _TextParse:
             self.failure_traces.append(line)
         elif _NCCL_WARN.search(line):
             self.warnings.append(line)
+        elif self.transport.line(line):
+            if (version := _NCCL_VERSION_LINE.search(line)) is not None:
+                self.nccl_version = self.nccl_version or version.group(1)
         elif _PARAMETERS.match(line):
             self._comment(line)  # nccl-tests of 2018 printed it without the "#"
-        elif (row := self._row(line.split())) is not None:
+        elif (row := self._row(_untagged(line.split(), tag) if tag else line.split())) is not None:
             self.rows.append(row)
         elif (version := _NCCL_VERSION_LINE.search(line)) is not None:
             self.nccl_version = self.nccl_version or version.group(1)
@@ -508,6 +533,7 @@ class _TextParse:
             nccl_tests_version=self.nccl_tests_version,
             validation=self.validation,
             finished=self.footer_seen,
+            transport=self.transport.result(),
         )
 
 
@@ -693,6 +719,10 @@ def _json_placement(value: object) -> Placement | None:
     )
 
 
+def _transport(parse: ProbeParse) -> Transport | None:
+    return parse.transport if isinstance(parse, NcclTestsResult) else None
+
+
 KIND = ProbeKind(
     name="nccl-tests",
     parse=parse_nccl_tests,
@@ -700,4 +730,5 @@ KIND = ProbeKind(
     headline="bus bandwidth at the large message sizes (those within 1/4 of the largest)",
     exit_code_meaning=exit_code_meaning,
     wrong_values="#wrong of every checked cell, summed",
+    transport=_transport,
 )

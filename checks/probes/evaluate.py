@@ -8,7 +8,9 @@ Pure: no I/O, no clock. The result vocabulary is the ``result`` label of
    nccl-tests the exit code is named: 3 is an NCCL error, 7 wrong results), or exited 0 but its
    output says it did not finish or went wrong (iperf3 exits 0 on a refused connection; nccl-tests
    can print ``#wrong`` counts), or an expectation is set and the output holds no bandwidth.
-3. ``degraded``: the bandwidth is below ``degraded_fraction`` of the expectation.
+3. ``degraded``: the bandwidth is below ``degraded_fraction`` of the expectation, or NCCL fell back
+   to sockets or shared memory where the node has RDMA devices or NVLink (checks/probes/transport.py;
+   only a run whose output says which transports it used, and only given the node's facts).
 4. ``ok``: otherwise, including when there is no expectation yet.
 
 ``skipped`` is never the outcome of a run; ``skipped(reason)`` builds it for a probe the idle
@@ -25,7 +27,9 @@ from typing import Any, Literal
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.probe_parsers import ProbeKind, ProbeParse
 from clusterhealth.checks.probe_parsers._common import format_rate
+from clusterhealth.checks.probe_parsers.nccl_transport import Transport
 from clusterhealth.checks.probes.runner import RunResult
+from clusterhealth.checks.probes.transport import NodeLinks, fallback
 
 ProbeResult = Literal["ok", "degraded", "failed", "timeout", "skipped"]
 RESULTS: tuple[ProbeResult, ...] = ("ok", "degraded", "failed", "timeout", "skipped")
@@ -38,6 +42,9 @@ class ProbeOutcome:
     bandwidth_bytes_per_second: float | None = None  # the parser's headline figure
     expected_bytes_per_second: float | None = None
     wrong_values: int | None = None  # the parser's wrong_values; None when not checked
+    transport: Transport | None = (
+        None  # what the output says of NCCL's transports; None: not a kind that says
+    )
 
     @property
     def success(self) -> bool:
@@ -52,14 +59,17 @@ class ProbeOutcome:
             "bandwidth_bytes_per_second": self.bandwidth_bytes_per_second,
             "expected_bytes_per_second": self.expected_bytes_per_second,
             "wrong_values": self.wrong_values,
+            "transport": self.transport.to_dict() if self.transport is not None else None,
         }
 
     @classmethod
     def from_state(cls, data: Any) -> ProbeOutcome:
         """An outcome as `dataclasses.asdict` kept it in a state file; ValueError when it is not one."""
         try:
-            outcome = cls(**data)
-        except TypeError as err:
+            fields = dict(data)
+            transport = fields.pop("transport", None)
+            outcome = cls(**fields, transport=None if transport is None else Transport.from_dict(transport))
+        except (TypeError, ValueError) as err:
             raise ValueError(f"not a probe outcome ({err})") from err
         if outcome.result not in RESULTS:
             raise ValueError(f"unknown result {outcome.result!r}")
@@ -76,8 +86,10 @@ def evaluate(
     parse: ProbeParse | None,
     expected_bytes_per_second: float | None,
     degraded_fraction: float,
+    node: NodeLinks | None = None,
 ) -> ProbeOutcome:
-    """The outcome of one run; ``parse`` is None for a probe whose output is not parsed."""
+    """The outcome of one run; ``parse`` is None for a probe whose output is not parsed, ``node``
+    None where the node's facts are not at hand (no transport is then called a fallback)."""
     if not 0 < degraded_fraction <= 1:
         raise ValueError(f"degraded_fraction must be in (0, 1], got {degraded_fraction}")
     if expected_bytes_per_second is not None and not (
@@ -95,9 +107,12 @@ def evaluate(
 
     bandwidth = parse.bandwidth_bytes_per_second if parse is not None else None
     wrong = parse.wrong_values if parse is not None else None
+    transport = None
+    if parse is not None and declared is not None and declared.transport is not None:
+        transport = declared.transport(parse)
 
     def outcome(result: ProbeResult, reason: str) -> ProbeOutcome:
-        return ProbeOutcome(result, reason, bandwidth, expected_bytes_per_second, wrong)
+        return ProbeOutcome(result, reason, bandwidth, expected_bytes_per_second, wrong, transport)
 
     if run.timed_out:
         how = " (it ignored SIGTERM)" if run.signal == signal.SIGKILL else ""
@@ -111,8 +126,11 @@ def evaluate(
         return outcome("failed", _with_detail(_exit_reason(name, declared, run), parse))
     if parse is not None and parse.verdict != "ok":
         return outcome("failed", _with_detail(_verdict_reason(name, parse), parse))
+    fell_back = fallback(transport, node) if transport is not None and node is not None else None
     if expected_bytes_per_second is None:
         figure = "" if bandwidth is None else f": {rate(bandwidth)}"
+        if fell_back is not None:
+            return outcome("degraded", f"{name} finished{figure}, but {fell_back}")
         return outcome("ok", f"{name} finished{figure}, no expected bandwidth to compare with yet")
     if bandwidth is None:
         return outcome(
@@ -123,7 +141,10 @@ def evaluate(
     ratio = bandwidth / expected_bytes_per_second
     comparison = f"{rate(bandwidth)} is {ratio:.0%} of the expected {rate(expected_bytes_per_second)}"
     if bandwidth < degraded_fraction * expected_bytes_per_second:
-        return outcome("degraded", f"{comparison}, below the {degraded_fraction:.0%} threshold")
+        below = f"{comparison}, below the {degraded_fraction:.0%} threshold"
+        return outcome("degraded", below if fell_back is None else f"{fell_back}; {below}")
+    if fell_back is not None:
+        return outcome("degraded", f"{fell_back} ({comparison})")
     return outcome("ok", comparison)
 
 

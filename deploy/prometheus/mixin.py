@@ -384,6 +384,16 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
     # and a path is `clusterhealth analyze`'s to name. Its host rule alerts instead.
     not_pairwise = f"unless on (instance, job, probe)\nclusterhealth_probe_round{m()}"
     pairwise_host = _pairwise_host(c)
+    # NCCL fell back: sockets where the node exports RDMA devices, shared memory where its GPUs have
+    # an NVLink up; the facts checks/probes/transport.py judges a run by, so the probe's result is
+    # degraded whenever this fires.
+    fallback = f"""clusterhealth_probe_transport_info{m('net="Socket"')}
+  and on (instance, job) clusterhealth_rdma_device_info{m()}
+or
+clusterhealth_probe_transport_info{m('intra=~"SHM|mixed"')}
+  and on (instance, job) clusterhealth_gpu_nvlink_up{m()} == 1"""
+    # The fallback is the run's problem to fix; its low bandwidth or failed result is the symptom.
+    not_fallback = f"unless on (instance, job, probe)\n(\n{_indent(fallback)}\n)"
 
     gpu = Group(
         "clusterhealth.gpu",
@@ -690,7 +700,8 @@ or on (instance, job, interface)
                 "FabricBandwidthDegraded",
                 "warning",
                 _joined(
-                    _joined(f"{degraded_probe}\n{not_pairwise}", pairwise_host), c.fabric_pairwise_host_expr
+                    _joined(f"{degraded_probe}\n{not_pairwise}\n{not_fallback}", pairwise_host),
+                    c.fabric_pairwise_host_expr,
                 ),
                 "{{ if $labels.pairwise }}{{ $labels.instance }} is a suspect host of pairwise group "
                 "{{ $labels.probe }}.{{ else }}Probe {{ $labels.probe }}{{ if $labels.peer }} to "
@@ -757,11 +768,28 @@ unless on (instance, job, probe)
 (
 {_indent(degraded_probe)}
 )
-{not_pairwise}""",
+{not_pairwise}
+{not_fallback}""",
                 "Probe {{ $labels.probe }} on {{ $labels.instance }} failed its last run.",
                 "The probe did not complete (non-zero exit, wrong results, garbage output or a "
                 "timeout). Run `clusterhealth probe run {{ $labels.probe }}` on the node to see "
                 "why; a failed collective often points at a GPU or HCA fault.",
+                c.for_immediate,
+                about="probe",
+            ),
+            Alert(
+                "NCCLTransportFallback",
+                "warning",
+                fallback,
+                "NCCL in probe {{ $labels.probe }} on {{ $labels.instance }} fell back to sockets or "
+                "shared memory (net {{ $labels.net }}, intra-node {{ $labels.intra }}).",
+                "The probe's last run used net={{ $labels.net }}, intra={{ $labels.intra }}, "
+                "gdrdma={{ $labels.gdrdma }}, although the node exports RDMA devices (then Socket is a "
+                "fallback: libibverbs missing in the probe's container, NCCL_IB_DISABLE, HCAs not "
+                "visible) or NVLink links up (then SHM, or mixed, means peer access between its GPUs "
+                "is off: NCCL_P2P_DISABLE, GPUs in separate containers, ACS). Jobs on this node fall "
+                "back the same way and run slower. `clusterhealth probe run {{ $labels.probe }}` on "
+                "the node shows the run's reason; its NCCL INFO lines show the channels.",
                 c.for_immediate,
                 about="probe",
             ),
