@@ -103,7 +103,11 @@ class GpuConfig(
     every=10.0,
     how_often="how often NVML is sampled in the background",
 ):
-    gpm: bool = setting(True, doc="read SM activity and occupancy from GPM where the GPU supports it")
+    gpm: bool = setting(
+        True,
+        doc="read the roofline signals from GPM where the GPU has it (Hopper and newer): SM, tensor-core "
+        "and FP16/32/64 activity, SM occupancy, DRAM bandwidth, PCIe and NVLink traffic",
+    )
     gpm_min_window_seconds: float = setting(
         1.0,
         doc="shortest window between the two GPM samples when no earlier sample exists (first cycle)",

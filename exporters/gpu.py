@@ -45,6 +45,30 @@ ECC_KINDS = (
 )
 ECC_SCOPES = (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC))
 MHZ = 1e6
+PERCENT = 1e-2
+MIB = float(1 << 20)
+
+# GPM metrics over one sampling interval, as (GpuReading field, NVML metric id, factor to base
+# units): GPM reports activity in percent and bandwidth in MiB/s.
+GPM_METRICS = (
+    ("sm_active_ratio", pynvml.NVML_GPM_METRIC_SM_UTIL, PERCENT),
+    ("sm_occupancy_ratio", pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, PERCENT),
+    ("tensor_active_ratio", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, PERCENT),
+    ("dram_active_ratio", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, PERCENT),
+    ("fp16_active_ratio", pynvml.NVML_GPM_METRIC_FP16_UTIL, PERCENT),
+    ("fp32_active_ratio", pynvml.NVML_GPM_METRIC_FP32_UTIL, PERCENT),
+    ("fp64_active_ratio", pynvml.NVML_GPM_METRIC_FP64_UTIL, PERCENT),
+    ("pcie_received_bytes_per_second", pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, MIB),
+    ("pcie_transmitted_bytes_per_second", pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, MIB),
+    ("nvlink_received_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, MIB),
+    ("nvlink_transmitted_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, MIB),
+)
+# The names pynvml gives the metric ids, for the `call` label of an error on one metric.
+GPM_METRIC_NAMES = {
+    getattr(pynvml, name): name
+    for name in dir(pynvml)
+    if name.startswith("NVML_GPM_METRIC_") and name != "NVML_GPM_METRIC_MAX"
+}
 
 
 @dataclass
@@ -66,8 +90,18 @@ class GpuReading:
     pci_bus_id: str | None = None
     serial: str | None = None
     vbios_version: str | None = None
+    # GPM, averaged over the interval between two samples (None: no GPM on this GPU).
     sm_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    fp16_active_ratio: float | None = None
+    fp32_active_ratio: float | None = None
+    fp64_active_ratio: float | None = None
+    pcie_received_bytes_per_second: float | None = None
+    pcie_transmitted_bytes_per_second: float | None = None
+    nvlink_received_bytes_per_second: float | None = None
+    nvlink_transmitted_bytes_per_second: float | None = None
     utilization_ratio: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
@@ -91,6 +125,7 @@ class GpuReading:
     pcie_link_width_max: int | None = None
     pcie_replay_errors: int | None = None
     nvlinks: list[NvlinkReading] = field(default_factory=list)
+    nvlink_speed_bytes_per_second: float | None = None  # one active link, one direction
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -141,7 +176,11 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
         handle,
         pynvml.NVML_TEMPERATURE_GPU,
     )
-    r.temperature_memory_celsius = _field_value(s, index, handle, pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    fields = _field_values(s, index, handle)
+    memory_temperature = fields.get(pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    r.temperature_memory_celsius = memory_temperature.value if memory_temperature else None
+    speed = fields.get(pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
+    r.nvlink_speed_bytes_per_second = speed.value * 1e6 if speed else None
     r.power_watts = _scaled(q(index, "nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3)
     r.power_limit_watts = _scaled(
         q(index, "nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3
@@ -188,23 +227,45 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
     return r
 
 
-def _field_value(s: NvmlSession, index: int, handle: Any, field_id: int) -> float | None:
-    values = s.query(index, "nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues, handle, [field_id])
+# The field values read for each GPU, in one nvmlDeviceGetFieldValues call, by the name NVML gives
+# them (the `call` label of an error on one field).
+FIELDS = {
+    pynvml.NVML_FI_DEV_MEMORY_TEMP: "NVML_FI_DEV_MEMORY_TEMP",
+    pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
+}
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+@dataclass(frozen=True)
+class FieldValue:
+    value_type: int  # NVML_VALUE_TYPE_*
+    value: float
+
+
+def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldValue]:
+    """Every field of FIELDS the driver answers. A field it does not have is absent; any other
+    answer for one field goes through the error policy as a call of its own would."""
+    ids = list(FIELDS)
+    values = s.query(index, "nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues, handle, ids)
     if values is None:
-        return None
-    v = values[0]
-    if v.nvmlReturn != pynvml.NVML_SUCCESS:
-        return None
-    member = {
-        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-    }.get(v.valueType)
-    return float(getattr(v.value, member)) if member else None
+        return {}
+    out: dict[int, FieldValue] = {}
+    for field_id, v in zip(ids, values, strict=True):
+        if v.nvmlReturn != pynvml.NVML_SUCCESS:
+            s.failed(index, f"nvmlDeviceGetFieldValues({FIELDS[field_id]})", pynvml.NVMLError(v.nvmlReturn))
+            continue
+        member = _VALUE_MEMBERS.get(v.valueType)
+        if member is not None:
+            out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
+    return out
 
 
 def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading]:
@@ -391,11 +452,28 @@ class GpuCollector:
         return reading
 
     def _gpm_supported(self, reading: GpuReading, handle: Any) -> bool:
+        """Whether the GPU has GPM; the first time it has none, the log says why, once."""
         if reading.uuid not in self._gpm_support:
-            support = self.session.query(
-                reading.index, "nvmlGpmQueryDeviceSupport", pynvml.nvmlGpmQueryDeviceSupport, handle
-            )
-            self._gpm_support[reading.uuid] = bool(support is not None and support.isSupportedDevice)
+            try:
+                support = pynvml.nvmlGpmQueryDeviceSupport(handle)
+            except pynvml.NVMLError as err:
+                # Applies the policy: a lost GPU or an unusable library raises from here.
+                self.session.failed(reading.index, "nvmlGpmQueryDeviceSupport", err)
+                why = f"nvmlGpmQueryDeviceSupport answered {error_name(err)}"
+                if err.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    why = "the driver has no GPM (before R520)"
+                supported = False
+            else:
+                supported = bool(support.isSupportedDevice)
+                why = "the GPU has no GPM (GPUs before Hopper)"
+            self._gpm_support[reading.uuid] = supported
+            if not supported:
+                log.info(
+                    "GPU %d (%s): %s, so its SM, tensor, FP, DRAM, PCIe and NVLink activity are not exported",
+                    reading.index,
+                    reading.uuid,
+                    why,
+                )
         return self._gpm_support[reading.uuid]
 
     def _sample(self, reading: GpuReading, handle: Any) -> Any:
@@ -409,7 +487,8 @@ class GpuCollector:
         return sample
 
     def _read_gpm(self, readings: Sequence[GpuReading], handles: dict[int, Any]) -> None:
-        """SM activity and occupancy between the previous cycle's GPM sample and a new one.
+        """GPM metrics (SM, tensor and FP pipes, DRAM, PCIe, NVLink) between the previous cycle's
+        GPM sample and a new one.
 
         Over a whole interval the figures are averages of what the GPU did, not a glimpse. On the
         first cycle (or for a GPU that came back) there is no earlier sample, so one is taken and
@@ -450,20 +529,24 @@ class GpuCollector:
             return
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 2
+        request.numMetrics = len(GPM_METRICS)
         request.sample1, request.sample2 = previous.sample, current
-        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
-        request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+        for i, (_, metric_id, _) in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = metric_id
         result = s.query(r.index, "nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
         s.query(r.index, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, previous.sample)
         self._gpm_previous[r.index] = _GpmSample(r.uuid, current)
         if result is None:
             return
-        sm_util, sm_occupancy = result.metrics[0], result.metrics[1]
-        if sm_util.nvmlReturn == pynvml.NVML_SUCCESS:
-            r.sm_active_ratio = sm_util.value / 100
-        if sm_occupancy.nvmlReturn == pynvml.NVML_SUCCESS:
-            r.sm_occupancy_ratio = sm_occupancy.value / 100
+        for i, (attr, metric_id, factor) in enumerate(GPM_METRICS):
+            metric = result.metrics[i]
+            if metric.nvmlReturn == pynvml.NVML_SUCCESS:
+                setattr(r, attr, metric.value * factor)
+            else:
+                # One metric the GPU lacks (NVLink on a PCIe card) is absent; the policy decides
+                # about any other answer, as for a call of its own.
+                name = GPM_METRIC_NAMES.get(metric_id, str(metric_id))
+                s.failed(r.index, f"nvmlGpmMetricsGet({name})", pynvml.NVMLError(metric.nvmlReturn))
 
     def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
         reason = f"{gone.call}: {gone.error}"
@@ -502,6 +585,51 @@ class GpuCollector:
                 "Resident warps over the SMs' maximum (GPM).",
             ),
             (
+                "clusterhealth_gpu_tensor_active_ratio",
+                "tensor_active_ratio",
+                "Fraction of time the SMs ran any tensor-core instruction (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_dram_active_ratio",
+                "dram_active_ratio",
+                "DRAM bandwidth used over its theoretical maximum (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp16_active_ratio",
+                "fp16_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP16 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp32_active_ratio",
+                "fp32_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP32 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp64_active_ratio",
+                "fp64_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP64 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_pcie_received_bytes_per_second",
+                "pcie_received_bytes_per_second",
+                "PCIe traffic into the GPU (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_pcie_transmitted_bytes_per_second",
+                "pcie_transmitted_bytes_per_second",
+                "PCIe traffic out of the GPU (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_nvlink_received_bytes_per_second",
+                "nvlink_received_bytes_per_second",
+                "NVLink traffic into the GPU, all links (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_nvlink_transmitted_bytes_per_second",
+                "nvlink_transmitted_bytes_per_second",
+                "NVLink traffic out of the GPU, all links (GPM).",
+            ),
+            (
                 "clusterhealth_gpu_utilization_ratio",
                 "utilization_ratio",
                 "Fraction of the sample period a kernel ran (NVML utilization; 1 while busy-waiting).",
@@ -529,6 +657,11 @@ class GpuCollector:
                 "Maximum PCIe link generation of the GPU and system.",
             ),
             ("clusterhealth_gpu_pcie_link_width", "pcie_link_width", "Current PCIe link width in lanes."),
+            (
+                "clusterhealth_gpu_nvlink_speed_bytes_per_second",
+                "nvlink_speed_bytes_per_second",
+                "Speed of one active NVLink in one direction (the links' peak is this times the links up).",
+            ),
             (
                 "clusterhealth_gpu_pcie_link_width_max",
                 "pcie_link_width_max",

@@ -83,6 +83,15 @@ CALL_FAMILIES = {
     "nvmlDeviceGetNvLinkErrorCounter": "clusterhealth_gpu_nvlink_errors_total",
     "nvmlGpmQueryDeviceSupport": "clusterhealth_gpu_sm_active_ratio",
     "nvmlGpmSampleGet": "clusterhealth_gpu_sm_active_ratio",
+    "nvmlGpmMetricsGet": "clusterhealth_gpu_tensor_active_ratio",
+    # One item of a call that answers many: its own return code, under the same policy.
+    "nvmlGpmMetricsGet(NVML_GPM_METRIC_ANY_TENSOR_UTIL)": "clusterhealth_gpu_tensor_active_ratio",
+    "nvmlGpmMetricsGet(NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)": (
+        "clusterhealth_gpu_nvlink_received_bytes_per_second"
+    ),
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)": (
+        "clusterhealth_gpu_nvlink_speed_bytes_per_second"
+    ),
 }
 
 

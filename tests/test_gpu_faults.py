@@ -6,6 +6,7 @@ metrics, rendering) on a simulated NVML library.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ import pytest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import scrape_once
-from clusterhealth.exporters.gpu import GpuDirectory, GpuReading
+from clusterhealth.agent.node import Node
+from clusterhealth.exporters.gpu import GpuCollector, GpuDirectory, GpuReading
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS
 
@@ -226,6 +228,95 @@ def test_gpu_without_gpm_falls_back_to_utilization(scrape: Callable[..., str]) -
     assert "clusterhealth_gpu_sm_active_ratio" not in text
     assert "clusterhealth_gpu_sm_occupancy_ratio" not in text
     assert value(text, "clusterhealth_gpu_utilization_ratio", gpu="0") == 0.9
+
+
+def test_compute_memory_and_link_bound_gpus_show_their_wall(scrape: Callable[..., str]) -> None:
+    # GPU 0 runs tensor cores flat out, GPU 1 streams from HBM, GPU 2 all-reduces over NVLink.
+    gib = float(1 << 30)
+    text = scrape(
+        scenario(
+            gpu_count=3,
+            gpu={"utilization": 1.0, "sm_active": 0.9},
+            gpus={
+                0: {"tensor_active": 0.83, "dram_active": 0.21, "fp16_active": 0.02, "fp32_active": 0.05},
+                1: {"tensor_active": 0.04, "dram_active": 0.91, "fp64_active": 0.3},
+                2: {
+                    "sm_active": 0.12,
+                    "nvlink_received_bytes_per_second": 400 * gib,
+                    "nvlink_transmitted_bytes_per_second": 380 * gib,
+                    "pcie_received_bytes_per_second": 1.5 * gib,
+                    "pcie_transmitted_bytes_per_second": 0.5 * gib,
+                },
+            },
+        )
+    )
+    assert value(text, "clusterhealth_gpu_tensor_active_ratio", gpu="0") == pytest.approx(0.83)
+    assert value(text, "clusterhealth_gpu_dram_active_ratio", gpu="0") == pytest.approx(0.21)
+    assert value(text, "clusterhealth_gpu_fp16_active_ratio", gpu="0") == pytest.approx(0.02)
+    assert value(text, "clusterhealth_gpu_fp32_active_ratio", gpu="0") == pytest.approx(0.05)
+    assert value(text, "clusterhealth_gpu_fp64_active_ratio", gpu="1") == pytest.approx(0.3)
+    assert value(text, "clusterhealth_gpu_dram_active_ratio", gpu="1") == pytest.approx(0.91)
+    # GPM counts MiB/s; the exposition bytes per second.
+    nvlink_in = value(text, "clusterhealth_gpu_nvlink_received_bytes_per_second", gpu="2")
+    assert nvlink_in == pytest.approx(400 * gib)
+    nvlink_out = value(text, "clusterhealth_gpu_nvlink_transmitted_bytes_per_second", gpu="2")
+    assert nvlink_out == pytest.approx(380 * gib)
+    assert value(text, "clusterhealth_gpu_pcie_received_bytes_per_second", gpu="2") == pytest.approx(
+        1.5 * gib
+    )
+    pcie_out = value(text, "clusterhealth_gpu_pcie_transmitted_bytes_per_second", gpu="2")
+    assert pcie_out == pytest.approx(0.5 * gib)
+    assert value(text, "clusterhealth_gpu_pcie_received_bytes_per_second", gpu="0") == 0
+    # The peak the NVLink traffic is held against: one link's speed in one direction (MB/s).
+    assert value(text, "clusterhealth_gpu_nvlink_speed_bytes_per_second", gpu="2") == 26562e6
+
+
+def test_a_pcie_card_has_gpm_but_no_nvlink_traffic(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu_count=1, gpu={"name": "NVIDIA H100 PCIe", "nvlinks": 0, "tensor_active": 0.4}))
+    assert value(text, "clusterhealth_gpu_tensor_active_ratio") == pytest.approx(0.4)
+    assert value(text, "clusterhealth_gpu_pcie_received_bytes_per_second") == 0
+    assert "clusterhealth_gpu_nvlink_received_bytes_per_second" not in text
+    assert "clusterhealth_gpu_nvlink_speed_bytes_per_second" not in text
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ({"gpu": {"gpm_supported": False}}, "the GPU has no GPM"),
+        (
+            {"faults": [fault(0, errors={"nvmlGpmQueryDeviceSupport": "FunctionNotFound"})]},
+            "the driver has no GPM",
+        ),
+        (
+            {"faults": [fault(0, errors={"nvmlGpmQueryDeviceSupport": "NotSupported"})]},
+            "nvmlGpmQueryDeviceSupport answered NotSupported",
+        ),
+    ],
+)
+def test_without_gpm_the_roofline_is_absent_and_the_log_says_why_once(
+    write_scenario: Callable[..., Path], caplog: pytest.LogCaptureFixture, data: dict[str, Any], why: str
+) -> None:
+    overrides = {
+        "simulate": str(write_scenario(scenario(gpu_count=1, **data))),
+        "collectors.gpu.gpm_min_window_seconds": 0.05,
+    }
+    config = configuration.load(None, overrides)
+    node = Node(config, one_shot=True)
+    try:
+        collector = GpuCollector(node.session, node.directory, gpm_min_window_seconds=0.05)
+        with caplog.at_level(logging.INFO, logger="clusterhealth.gpu"):
+            first = collector.collect()
+            collector.collect()
+    finally:
+        node.close()
+        nvml_sim.uninstall()
+    names = {family.name for family in first}
+    assert "clusterhealth_gpu_tensor_active_ratio" not in names
+    assert "clusterhealth_gpu_sm_active_ratio" not in names
+    assert "clusterhealth_gpu_utilization_ratio" in names
+    said = [r.getMessage() for r in caplog.records if "activity are not exported" in r.getMessage()]
+    assert len(said) == 1 and why in said[0], said
 
 
 def test_gpm_can_be_switched_off(scrape: Callable[..., str]) -> None:

@@ -106,6 +106,19 @@ class SimulatedLibrary:
                 return fault.errors[call]
         return pynvml.NVML_SUCCESS
 
+    def _item_code(self, index: int, call: str, item: int) -> int:
+        """A fault on one item of a call that answers many (a GPM metric, a field value): a fault's
+        `errors` names it `call(NVML_CONSTANT_NAME)`, any of pynvml's names for that id."""
+        t = self.now()
+        for fault in self.scenario.faults:
+            if index not in fault.gpus or not fault.active(t):
+                continue
+            for key, code in fault.errors.items():
+                named = key.startswith(call + "(") and key.endswith(")")
+                if named and getattr(pynvml, key[len(call) + 1 : -1], None) == item:
+                    return code
+        return pynvml.NVML_SUCCESS
+
     def _new_id(self) -> int:
         with self._lock:
             self._next_id += 1
@@ -267,19 +280,37 @@ class SimulatedLibrary:
     @_device_call
     def nvmlDeviceGetFieldValues(self, index: int, state: dict[str, Any], n: Any, ref: Any) -> int:
         values = ref._obj
+        answers = self._field_answers(state)
         for i in range(n.value):
             v = values[i]
             v.timestamp = int(time.time() * 1e6)
-            if (
-                v.fieldId == pynvml.NVML_FI_DEV_MEMORY_TEMP
-                and state["memory_temperature_celsius"] is not None
-            ):
-                v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-                v.value.uiVal = state["memory_temperature_celsius"]
-                v.nvmlReturn = pynvml.NVML_SUCCESS
-            else:
+            v.nvmlReturn = self._item_code(index, "nvmlDeviceGetFieldValues", v.fieldId)
+            if v.nvmlReturn:
+                continue
+            answer = answers.get(v.fieldId)
+            if answer is None:
                 v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            v.valueType, member, value = answer
+            setattr(v.value, member, value)
         return pynvml.NVML_SUCCESS
+
+    def _field_answers(self, state: dict[str, Any]) -> dict[int, tuple[int, str, Any]]:
+        """field id -> (NVML_VALUE_TYPE_*, the nvmlValue_t member, the value) of the fields this GPU has."""
+        answers: dict[int, tuple[int, str, Any]] = {}
+        if state["memory_temperature_celsius"] is not None:
+            answers[pynvml.NVML_FI_DEV_MEMORY_TEMP] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                state["memory_temperature_celsius"],
+            )
+        if state["nvlinks"]:
+            answers[pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                state["nvlink_speed_mbps"],
+            )
+        return answers
 
     @_device_call
     def nvmlDeviceGetPowerUsage(self, index: int, state: dict[str, Any], ref: Any) -> int:
@@ -425,17 +456,38 @@ class SimulatedLibrary:
         second = self._gpm_samples.get(_address(request.sample2))
         if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        state = self.state(second[0])
+        index = second[0]
+        rc = self._fault_code(index, "nvmlGpmMetricsGet")
+        if rc:
+            return rc
+        state = self.state(index)
+        mib = float(1 << 20)
         values = {
             pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: state["utilization"] * 100,
             pynvml.NVML_GPM_METRIC_SM_UTIL: state["sm_active"] * 100,
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: state["sm_occupancy"] * 100,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: state["tensor_active"] * 100,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: state["dram_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP16_UTIL: state["fp16_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP32_UTIL: state["fp32_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP64_UTIL: state["fp64_active"] * 100,
+            pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: state["pcie_received_bytes_per_second"] / mib,
+            pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: state["pcie_transmitted_bytes_per_second"] / mib,
         }
+        if state["nvlinks"]:  # a PCIe card has no NVLink metrics
+            values[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC] = (
+                state["nvlink_received_bytes_per_second"] / mib
+            )
+            values[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = (
+                state["nvlink_transmitted_bytes_per_second"] / mib
+            )
         for i in range(request.numMetrics):
             metric = request.metrics[i]
+            metric.nvmlReturn = self._item_code(index, "nvmlGpmMetricsGet", metric.metricId)
+            if metric.nvmlReturn:
+                continue
             if metric.metricId in values:
                 metric.value = values[metric.metricId]
-                metric.nvmlReturn = pynvml.NVML_SUCCESS
             else:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return pynvml.NVML_SUCCESS

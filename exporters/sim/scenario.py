@@ -85,6 +85,19 @@ GPU_DEFAULTS: dict[str, Any] = {
     "nvlink_down": [],
     "nvlink_errors": {},
     "compute_processes": [],
+    # GPM (Hopper and newer): activity 0-1 and traffic in bytes per second over a sample interval.
+    "tensor_active": 0.0,
+    "dram_active": 0.0,
+    "fp16_active": 0.0,
+    "fp32_active": 0.0,
+    "fp64_active": 0.0,
+    "pcie_received_bytes_per_second": 0.0,
+    "pcie_transmitted_bytes_per_second": 0.0,
+    "nvlink_received_bytes_per_second": 0.0,
+    "nvlink_transmitted_bytes_per_second": 0.0,
+    # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: an NVLink 4 link's speed in one direction, as
+    # `nvidia-smi nvlink -s` shows it on an H100 (26.562 GB/s).
+    "nvlink_speed_mbps": 26562,
 }
 
 # PCI bus ids of the eight GPUs of a DGX H100, in NVML index order.
