@@ -127,6 +127,7 @@ def which_wall() -> Builder[dm.Panel]:
 
 def gpu_row() -> list[Builder[dm.Panel]]:
     gpu = f"{SEL}"
+    held = f"rate(clusterhealth_gpu_clocks_event_seconds_total{{{gpu}}}[{RATE}])"
     return [
         which_wall(),
         graph(
@@ -157,6 +158,14 @@ def gpu_row() -> list[Builder[dm.Panel]]:
                     "{{reason}}",
                 )
             ],
+        ),
+        graph(
+            "Time held back, by reason",
+            "Share of the time each clock-event reason held a GPU's clocks down, from NVML's time "
+            "counters (exact, where the flags above are sampled); only the GPUs and reasons that "
+            "held any time show. Thermal and power-brake time alerts (GPUThermalOrPowerSlowdown).",
+            [Query(f"{held} > 0 or max by (reason) ({held})", "GPU {{gpu}} {{reason}}")],
+            unit="percentunit",
         ),
         graph(
             "Temperatures",

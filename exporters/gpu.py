@@ -33,6 +33,21 @@ CLOCK_EVENT_REASONS = (
     ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
     ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
 )
+# NVML's clock-event (throttle) time counters: how long each reason has held the clocks down
+# since the driver loaded, in nanoseconds, as (reason, field id). The reasons with a flag of
+# their own keep its name; the older perf-policy counters keep theirs.
+CLOCK_EVENT_COUNTERS = (
+    ("sw_power_cap", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
+    ("sync_boost", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
+    ("sw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
+    ("hw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
+    ("hw_power_brake_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN),
+    # Drivers before the three slowdown counters count thermal slowdowns here, SW and HW together.
+    ("thermal", pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL),
+    ("board_limit", pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
+    ("low_utilization", pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
+    ("reliability", pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
+)
 NVLINK_ERRORS = (
     ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
     ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
@@ -109,6 +124,7 @@ class GpuReading:
     sm_clock_max_hertz: float | None = None
     memory_clock_hertz: float | None = None
     clocks_event_reasons: int | None = None  # NVML bitmask
+    clocks_event_seconds: dict[str, float] = field(default_factory=dict)  # reason -> seconds held
     performance_state: int | None = None
     temperature_gpu_celsius: float | None = None
     temperature_memory_celsius: float | None = None
@@ -181,6 +197,7 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
     r.temperature_memory_celsius = memory_temperature.value if memory_temperature else None
     speed = fields.get(pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
     r.nvlink_speed_bytes_per_second = speed.value * 1e6 if speed else None
+    r.clocks_event_seconds = clock_event_seconds(fields)
     r.power_watts = _scaled(q(index, "nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3)
     r.power_limit_watts = _scaled(
         q(index, "nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3
@@ -230,8 +247,20 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
 # The field values read for each GPU, in one nvmlDeviceGetFieldValues call, by the name NVML gives
 # them (the `call` label of an error on one field).
 FIELDS = {
-    pynvml.NVML_FI_DEV_MEMORY_TEMP: "NVML_FI_DEV_MEMORY_TEMP",
-    pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
+    getattr(pynvml, name): name
+    for name in (
+        "NVML_FI_DEV_MEMORY_TEMP",
+        "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
+        "NVML_FI_DEV_PERF_POLICY_THERMAL",
+        "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT",
+        "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION",
+        "NVML_FI_DEV_PERF_POLICY_RELIABILITY",
+    )
 }
 _VALUE_MEMBERS = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
@@ -266,6 +295,21 @@ def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldVal
         if member is not None:
             out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
     return out
+
+
+def clock_event_seconds(fields: dict[int, FieldValue]) -> dict[str, float]:
+    """The throttle-time counters in seconds. A nanosecond counter is 64 bits wide: an answer of
+    another type at one of these ids is another field (NVML renumbered the three slowdown counters
+    between releases), and is left out."""
+    seconds = {
+        reason: fields[field_id].value * 1e-9
+        for reason, field_id in CLOCK_EVENT_COUNTERS
+        if field_id in fields and fields[field_id].value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    }
+    # Where the SW and HW thermal counters exist, the older one counts the same time again.
+    if "sw_thermal_slowdown" in seconds or "hw_thermal_slowdown" in seconds:
+        seconds.pop("thermal", None)
+    return seconds
 
 
 def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading]:
@@ -685,6 +729,11 @@ class GpuCollector:
             "1 while the clock-event (throttle) reason holds the clocks down.",
             ["reason"],
         )
+        held = f.counter(
+            "clusterhealth_gpu_clocks_event_seconds_total",
+            "Time the clock-event (throttle) reason held the clocks down since the driver loaded.",
+            ["reason"],
+        )
         temperature = f.gauge("clusterhealth_gpu_temperature_celsius", "Temperature by sensor.", ["sensor"])
         ecc = f.counter("clusterhealth_gpu_ecc_errors_total", "ECC errors.", ["error", "scope"])
         remapped = f.gauge("clusterhealth_gpu_remapped_rows", "Rows remapped, by cause.", ["cause"])
@@ -709,6 +758,8 @@ class GpuCollector:
             if r.clocks_event_reasons is not None:
                 for reason, bit in CLOCK_EVENT_REASONS:
                     reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
+            for reason, seconds in r.clocks_event_seconds.items():
+                held.add_metric([*base, reason], seconds)
             for sensor, value in (
                 ("gpu", r.temperature_gpu_celsius),
                 ("memory", r.temperature_memory_celsius),

@@ -92,6 +92,8 @@ CALL_FAMILIES = {
     "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)": (
         "clusterhealth_gpu_nvlink_speed_bytes_per_second"
     ),
+    # One reason of clocks_event_seconds_total: the other reasons are still exported.
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN)": None,
 }
 
 

@@ -11,12 +11,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.daemon import scrape_once
 from clusterhealth.agent.node import Node
-from clusterhealth.exporters.gpu import GpuCollector, GpuDirectory, GpuReading
+from clusterhealth.exporters.gpu import (
+    FieldValue,
+    GpuCollector,
+    GpuDirectory,
+    GpuReading,
+    clock_event_seconds,
+)
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS
 
@@ -69,6 +76,90 @@ def test_thermal_slowdown_shows_hw_slowdown_reasons_and_low_clock(scrape: Callab
     assert value(text, "clusterhealth_gpu_sm_clock_max_hertz", gpu="1") == 1980e6
     assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="1", sensor="gpu") == 91
     assert value(text, "clusterhealth_gpu_temperature_celsius", gpu="1", sensor="memory") == 98
+
+
+def test_throttle_time_counts_the_seconds_each_reason_held_the_clocks(scrape: Callable[..., str]) -> None:
+    # GPU 1 ran hot from 100 s to 400 s; its power cap held it 5 s; it was board-limited for 12.5 s
+    # before the node started. The sampled flag at 600 s says nothing of this any more.
+    text = scrape(
+        scenario(
+            frozen_at_seconds=600,
+            gpus={1: {"clocks_event_seconds": {"board_limit": 12.5}}},
+            faults=[
+                fault(
+                    1,
+                    from_seconds=100,
+                    until_seconds=400,
+                    set={"clocks_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"]},
+                ),
+                fault(1, from_seconds=420, until_seconds=425, set={"clocks_event_reasons": ["sw_power_cap"]}),
+            ],
+        )
+    )
+    held = {
+        reason: value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="1", reason=reason)
+        for reason in (
+            "hw_thermal_slowdown",
+            "sw_thermal_slowdown",
+            "sw_power_cap",
+            "board_limit",
+            "hw_power_brake_slowdown",
+            "sync_boost",
+            "low_utilization",
+            "reliability",
+        )
+    }
+    assert held == {
+        "hw_thermal_slowdown": pytest.approx(300),
+        "sw_thermal_slowdown": 0,
+        "sw_power_cap": pytest.approx(5),
+        "board_limit": 12.5,
+        "hw_power_brake_slowdown": 0,
+        "sync_boost": 0,
+        "low_utilization": 0,
+        "reliability": 0,
+    }
+    # The older thermal counter counts the same time again where the split ones exist.
+    assert value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="1", reason="thermal") is None
+    assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason="hw_thermal_slowdown") == 0
+    assert (
+        value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="0", reason="hw_thermal_slowdown")
+        == 0
+    )
+
+
+def test_a_driver_without_the_slowdown_counters_counts_thermal_time_together(
+    scrape: Callable[..., str],
+) -> None:
+    older = ["sw_power_cap", "sync_boost", "thermal", "board_limit", "low_utilization", "reliability"]
+    text = scrape(
+        scenario(
+            frozen_at_seconds=60,
+            gpu={"clocks_event_counters": older},
+            faults=[fault(0, set={"clocks_event_reasons": ["sw_thermal_slowdown"]})],
+        )
+    )
+    assert value(
+        text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="0", reason="thermal"
+    ) == pytest.approx(60)
+    assert value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="1", reason="thermal") == 0
+    assert (
+        value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="0", reason="sw_thermal_slowdown")
+        is None
+    )
+
+
+def test_a_throttle_counter_id_answered_with_another_type_is_another_field() -> None:
+    ns = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    fields = {
+        pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: FieldValue(ns, 2.5e9),
+        # A driver numbering its fields otherwise answers a power-smoothing setting here.
+        pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: FieldValue(
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 3
+        ),
+        pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: FieldValue(ns, 7e9),
+    }
+    assert clock_event_seconds(fields) == {"sw_power_cap": 2.5, "thermal": 7.0}
 
 
 def test_pcie_link_trained_down_to_x8_after_reseat(scrape: Callable[..., str]) -> None:

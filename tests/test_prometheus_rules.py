@@ -192,13 +192,33 @@ CASES = [
     ),
     Case(
         "GPUThermalOrPowerSlowdown",
-        "HW thermal slowdown for 20m fires; the power cap and idle reasons are normal",
+        "GPU 3's time counter says HW thermal slowdown held it from 6m on, and GPU 5 (a driver "
+        "without counters) had its HW slowdown flag set for a whole window: both fire. The power "
+        "cap, 5% of the time in power brake, an idle flag, and a flag on a GPU whose driver has "
+        "counters stay quiet",
         {
-            S("clusterhealth_gpu_clocks_event_active", gpu("3", reason="hw_thermal_slowdown")): "0x5 1x20",
-            S("clusterhealth_gpu_clocks_event_active", gpu("0", reason="sw_power_cap")): "1x25",
-            S("clusterhealth_gpu_clocks_event_active", gpu("1", reason="gpu_idle")): "1x25",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("3", reason="hw_thermal_slowdown")): (
+                "0x5 0+60x20"
+            ),
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("0", reason="sw_power_cap")): "0+60x26",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("4", reason="hw_power_brake_slowdown")): (
+                "0+3x26"
+            ),
+            S("clusterhealth_gpu_clocks_event_active", gpu("4", reason="hw_power_brake_slowdown")): "1x26",
+            S("clusterhealth_gpu_clocks_event_active", gpu("5", reason="hw_slowdown")): "0x5 1x21",
+            S("clusterhealth_gpu_clocks_event_active", gpu("1", reason="gpu_idle")): "1x26",
         },
-        [("10m", []), ("20m", [F(gpu("3", reason="hw_thermal_slowdown"), "warning", 1)])],
+        [
+            ("5m", []),
+            ("7m", []),
+            (
+                "20m",
+                [
+                    F(gpu("3", reason="hw_thermal_slowdown"), "warning"),
+                    F(gpu("5", reason="hw_slowdown"), "warning"),
+                ],
+            ),
+        ],
     ),
     Case(
         "GPUPCIeLinkDegraded",

@@ -77,8 +77,24 @@ class Config:
         default=TICKET_XIDS, metadata={"doc": "Xid codes that open a ticket (checks/xid_catalog.py)"}
     )
     slowdown_reasons: tuple[str, ...] = field(
-        default=("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"),
-        metadata={"doc": "clock-event reasons that mean a fault (sw_power_cap under full load is normal)"},
+        default=(
+            "hw_slowdown",
+            "hw_thermal_slowdown",
+            "sw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "thermal",
+        ),
+        metadata={
+            "doc": "clock-event reasons (flags and time counters) that mean a fault (sw_power_cap under "
+            "full load is normal; thermal is older drivers' counter of both thermal slowdowns)"
+        },
+    )
+    slowdown_window: str = field(
+        default="10m", metadata={"doc": "window of the share of time a reason held a GPU's clocks down"}
+    )
+    slowdown_share: float = field(
+        default=0.1,
+        metadata={"doc": "share of slowdown_window a fault reason may hold the clocks down before it alerts"},
     )
     busy_utilization: float = field(
         default=0.5, metadata={"doc": "a GPU above this utilization ratio counts as busy"}
@@ -160,6 +176,7 @@ TEST_PROFILE = {
     "flap_window": "1m",
     "error_window": "1m",
     "rate_window": "20s",
+    "slowdown_window": "20s",
 }
 
 
@@ -316,6 +333,18 @@ clusterhealth_gpu_utilization_ratio{m()} > {c.busy_utilization}""",
                 "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes",
                 f"count by (job, probe) (clusterhealth_probe_bandwidth_bytes_per_second{local})",
             ),
+            # Exact throttle time: the share of slowdown_window each clock-event reason held the
+            # clocks down (NVML's time counters, not a sampled flag), and the share of any fault
+            # reason (overlapping reasons count once at most: the share is capped at 1).
+            Record(
+                "instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate",
+                f"rate(clusterhealth_gpu_clocks_event_seconds_total{m()}[{c.slowdown_window}])",
+            ),
+            Record(
+                "instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:slowdown_rate",
+                "clamp_max(sum without (reason) "
+                f"(instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}), 1)",
+            ),
             # Firmware drift: each version with the board (HCA board_id) or model (GPU name) it
             # runs on, then how many devices of the fleet run each version.
             Record(
@@ -444,12 +473,22 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
             Alert(
                 "GPUThermalOrPowerSlowdown",
                 "warning",
-                f"clusterhealth_gpu_clocks_event_active{slowdown} == 1",
-                f"{GPU} is clocked down by {{{{ $labels.reason }}}}.",
-                "The GPU holds its clocks down because of heat or a power fault ({{ $labels.reason "
+                # NVML's time counters where the driver has them; else the sampled flag, held the
+                # whole window.
+                f"""instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}
+  > {c.slowdown_share:g}
+or
+(
+  min_over_time(clusterhealth_gpu_clocks_event_active{slowdown}[{c.slowdown_window}]) == 1
+  unless on (instance, job, gpu, uuid)
+  clusterhealth_gpu_clocks_event_seconds_total{m()}
+)""",
+                f"{GPU} was clocked down by {{{{ $labels.reason }}}} for more than {c.slowdown_share:.0%} "
+                f"of the last {c.slowdown_window}.",
+                "The GPU held its clocks down because of heat or a power fault ({{ $labels.reason "
                 "}}), so it slows every synchronous job step. Check its temperatures, fans or "
                 "airflow and the power supplies; drain it if it persists.",
-                c.for_sustained,
+                c.for_immediate,
                 about="gpu",
             ),
             Alert(

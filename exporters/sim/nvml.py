@@ -14,6 +14,7 @@ see exporters/sim/scenarios/ and the README's "Simulated node" section.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +22,27 @@ from typing import Any
 
 import pynvml
 
-from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS, NVLINK_COUNTERS, Scenario
+from clusterhealth.exporters.sim.scenario import (
+    CLOCK_EVENT_BITS,
+    CLOCK_EVENT_COUNTERS,
+    NVLINK_COUNTERS,
+    Scenario,
+)
 
 _HANDLE_BASE = 0x1000  # handles are opaque pointers: never 0, never dereferenced by pynvml
+
+# The field id of each throttle-time counter (nanoseconds, unsigned 64-bit).
+_CLOCK_EVENT_FIELDS = {
+    "sw_power_cap": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    "sync_boost": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    "hw_power_brake_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    "thermal": pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,
+    "board_limit": pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+    "low_utilization": pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+    "reliability": pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+}
 
 
 def _address(ptr: Any) -> int:
@@ -82,13 +101,37 @@ class SimulatedLibrary:
         return self._clock() - self._start
 
     def state(self, index: int) -> dict[str, Any]:
+        return self._state_at(index, self.now())
+
+    def _state_at(self, index: int, t: float) -> dict[str, Any]:
         state = dict(self.scenario.gpus[index])
-        t = self.now()
         for fault in self.scenario.faults:
             if index in fault.gpus and fault.active(t):
                 state.update(fault.set)
         state["energy_joules"] = state["energy_joules"] + state["power_watts"] * t
         return state
+
+    def clocks_event_seconds(self, index: int) -> dict[str, float]:
+        """Each throttle-time counter: its start value, plus the time since the node started during
+        which a flag it counts was set (integrated over the faults' intervals)."""
+        t = self.now()
+        edges = {0.0, t}
+        for fault in self.scenario.faults:
+            if index in fault.gpus:
+                edges.update(
+                    e for e in (fault.from_seconds, fault.until_seconds) if e is not None and 0 < e < t
+                )
+        ordered = sorted(edges)
+        held = {
+            c: float(self.scenario.gpus[index]["clocks_event_seconds"].get(c, 0))
+            for c in CLOCK_EVENT_COUNTERS
+        }
+        for start, end in itertools.pairwise(ordered):
+            active = set(self._state_at(index, (start + end) / 2)["clocks_event_reasons"])
+            for counter, flags in CLOCK_EVENT_COUNTERS.items():
+                if active.intersection(flags):
+                    held[counter] += end - start
+        return held
 
     def _lost(self, index: int) -> bool:
         t = self.now()
@@ -280,7 +323,7 @@ class SimulatedLibrary:
     @_device_call
     def nvmlDeviceGetFieldValues(self, index: int, state: dict[str, Any], n: Any, ref: Any) -> int:
         values = ref._obj
-        answers = self._field_answers(state)
+        answers = self._field_answers(index, state)
         for i in range(n.value):
             v = values[i]
             v.timestamp = int(time.time() * 1e6)
@@ -295,7 +338,7 @@ class SimulatedLibrary:
             setattr(v.value, member, value)
         return pynvml.NVML_SUCCESS
 
-    def _field_answers(self, state: dict[str, Any]) -> dict[int, tuple[int, str, Any]]:
+    def _field_answers(self, index: int, state: dict[str, Any]) -> dict[int, tuple[int, str, Any]]:
         """field id -> (NVML_VALUE_TYPE_*, the nvmlValue_t member, the value) of the fields this GPU has."""
         answers: dict[int, tuple[int, str, Any]] = {}
         if state["memory_temperature_celsius"] is not None:
@@ -309,6 +352,13 @@ class SimulatedLibrary:
                 pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
                 "uiVal",
                 state["nvlink_speed_mbps"],
+            )
+        held = self.clocks_event_seconds(index)
+        for counter in state["clocks_event_counters"]:
+            answers[_CLOCK_EVENT_FIELDS[counter]] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                "ullVal",
+                round(held[counter] * 1e9),
             )
         return answers
 

@@ -34,6 +34,20 @@ CLOCK_EVENT_BITS = {
     "display_clock_setting": 0x100,
 }
 
+# NVML's throttle-time counters, by the clock-event reasons (flags) whose time each one counts;
+# the perf-policy limits without a flag of their own count only what a scenario starts them at.
+CLOCK_EVENT_COUNTERS = {
+    "sw_power_cap": ("sw_power_cap",),
+    "sync_boost": ("sync_boost",),
+    "sw_thermal_slowdown": ("sw_thermal_slowdown",),
+    "hw_thermal_slowdown": ("hw_thermal_slowdown",),
+    "hw_power_brake_slowdown": ("hw_power_brake_slowdown",),
+    "thermal": ("sw_thermal_slowdown", "hw_thermal_slowdown"),
+    "board_limit": (),
+    "low_utilization": (),
+    "reliability": (),
+}
+
 NVLINK_COUNTERS = {
     "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
     "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
@@ -98,6 +112,10 @@ GPU_DEFAULTS: dict[str, Any] = {
     # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: an NVLink 4 link's speed in one direction, as
     # `nvidia-smi nvlink -s` shows it on an H100 (26.562 GB/s).
     "nvlink_speed_mbps": 26562,
+    # The throttle-time counters the driver answers, and what each counted before the node started
+    # (seconds); each then grows while a flag it counts is set.
+    "clocks_event_counters": list(CLOCK_EVENT_COUNTERS),
+    "clocks_event_seconds": {},
 }
 
 # PCI bus ids of the eight GPUs of a DGX H100, in NVML index order.
@@ -329,6 +347,15 @@ def _gpu_state(data: Any, source: str, prefix: str) -> dict[str, Any]:
                     raise ScenarioError(
                         source, f"{prefix}.{key}", "reasons among " + ", ".join(CLOCK_EVENT_BITS), reason
                     )
+        if key in ("clocks_event_counters", "clocks_event_seconds"):
+            for reason in value:
+                if reason not in CLOCK_EVENT_COUNTERS:
+                    raise ScenarioError(
+                        source, f"{prefix}.{key}", "counters among " + ", ".join(CLOCK_EVENT_COUNTERS), reason
+                    )
+            if key == "clocks_event_seconds":
+                for reason, seconds in value.items():
+                    _typed(seconds, (int, float), source, f"{prefix}.{key}.{reason}")
         if key == "nvlink_errors":
             for link, counters in value.items():
                 if not isinstance(counters, dict) or set(counters) - set(NVLINK_COUNTERS):
