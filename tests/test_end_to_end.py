@@ -34,6 +34,7 @@ EXPECTED = [
     ("gpu", "GPUFellOffBus", {"gpu": "6"}, "critical"),
     ("gpu", "GPUUncorrectableECC", {"gpu": "5", "error": "uncorrected"}, "critical"),
     ("gpu", "GPURowRemapFailed", {"gpu": "7"}, "critical"),
+    ("gpu", "GPURecoveryActionRequired", {"gpu": "4", "action": "gpu_reset"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "2", "xid": "74"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "7", "xid": "64"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "6", "xid": "79"}, "critical"),
@@ -75,6 +76,7 @@ INCIDENTS = [
     ("gpu", {"gpu": "2"}, "pager", {"GPUXidCritical", "NVLinkDown"}),
     ("gpu", {"gpu": "6"}, "pager", {"GPUFellOffBus", "GPUXidCritical"}),
     ("gpu", {"gpu": "7"}, "pager", {"GPURowRemapFailed", "GPUXidCritical"}),
+    ("gpu", {"gpu": "4"}, "pager", {"GPURecoveryActionRequired"}),
     ("fabric", {"subject": "mlx5_7"}, "ticket", {"NodeCheckFailing"}),
 ]
 

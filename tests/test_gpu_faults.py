@@ -27,7 +27,7 @@ from clusterhealth.exporters.gpu import (
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS
 
-from .conftest import scenario, value
+from .conftest import samples, scenario, value
 
 
 @pytest.fixture
@@ -160,6 +160,104 @@ def test_a_throttle_counter_id_answered_with_another_type_is_another_field() -> 
         pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: FieldValue(ns, 7e9),
     }
     assert clock_event_seconds(fields) == {"sw_power_cap": 2.5, "thermal": 7.0}
+
+
+@pytest.mark.parametrize(
+    "action",
+    ["none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", "recover_imex_domain", "bus_reset"],
+)
+def test_the_recovery_action_is_named_as_nvml_names_it(scrape: Callable[..., str], action: str) -> None:
+    # A GPU stuck "reset required" after an Xid the agent never saw: the driver still says so.
+    text = scrape(scenario(faults=[fault(1, set={"recovery_action": action})]))
+    actions = {
+        dict(labels)["action"]: v
+        for (name, labels), v in samples(text).items()
+        if name == "clusterhealth_gpu_recovery_action" and dict(labels)["gpu"] == "1"
+    }
+    assert actions == {action: 1.0}
+    assert value(text, "clusterhealth_gpu_recovery_action", gpu="0", action="none") == 1
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 1
+
+
+def test_a_driver_without_the_recovery_action_field_leaves_it_absent(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"recovery_action": None}))
+    assert "clusterhealth_gpu_recovery_action" not in text
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+def test_sram_ecc_errors_past_the_threshold(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(
+            gpus={1: {"sram_ecc_supported": False}},
+            faults=[fault(0, set={"sram_ecc_threshold_exceeded": True, "sram_ecc_uncorrected_parity": 4})],
+        )
+    )
+    assert value(text, "clusterhealth_gpu_sram_ecc_threshold_exceeded", gpu="0") == 1
+    assert value(text, "clusterhealth_gpu_sram_ecc_threshold_exceeded", gpu="1") is None
+
+
+@pytest.mark.parametrize(
+    ("state", "pending", "unrepairable"),
+    [
+        ({}, 0, 0),
+        ({"channel_repair_pending": True}, 1, 0),
+        ({"tpc_repair_pending": True}, 1, 0),
+        ({"memory_unrepairable": True}, 0, 1),
+    ],
+)
+def test_memory_repair_status_on_a_gpu_that_has_it(
+    scrape: Callable[..., str], state: dict[str, bool], pending: int, unrepairable: int
+) -> None:
+    text = scrape(scenario(gpu={"memory_repair_supported": True}, faults=[fault(0, set=state)]))
+    assert value(text, "clusterhealth_gpu_repair_pending", gpu="0") == pending
+    assert value(text, "clusterhealth_gpu_memory_unrepairable", gpu="0") == unrepairable
+    assert value(text, "clusterhealth_gpu_repair_pending", gpu="1") == 0
+
+
+def test_an_h100_has_no_memory_repair_status(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario())
+    assert "clusterhealth_gpu_repair_pending" not in text
+    assert "clusterhealth_gpu_memory_unrepairable" not in text
+
+
+@pytest.mark.parametrize(
+    ("gpu", "degraded"),
+    [
+        ({}, 0),
+        ({"fabric_conditions": ["degraded_bandwidth"]}, 1),
+        ({"fabric_conditions": ["route_unhealthy", "fabric_manager_disconnected"]}, 1),
+        ({"fabric_conditions": ["incorrect_configuration"]}, 1),
+        ({"fabric_status": "Unknown"}, 1),  # the registration failed
+        ({"fabric_conditions": ["degraded_bandwidth"], "fabric_info_version": 2}, 1),  # no summary
+        ({"fabric_info_version": 2}, 0),
+        ({"fabric_state": "in_progress"}, None),  # not registered yet: unknown
+        ({"fabric_supported": False}, None),  # a PCIe card or a system without NVSwitch
+    ],
+)
+def test_fabric_health_from_its_mask(
+    scrape: Callable[..., str], gpu: dict[str, Any], degraded: int | None
+) -> None:
+    text = scrape(scenario(gpu_count=1, gpu=gpu))
+    assert value(text, "clusterhealth_gpu_fabric_degraded") == degraded
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+@pytest.mark.parametrize("version", [2, 1])
+def test_platform_info_labels_gpu_info(scrape: Callable[..., str], version: int) -> None:
+    where = {"chassis_serial": "1821023000123", "slot": 7, "tray": 3, "host_id": 1, "module_id": 2}
+    text = scrape(scenario(gpu_count=1, gpu={"platform_info": where, "platform_info_version": version}))
+    labels = next(dict(ls) for (n, ls) in samples(text) if n == "clusterhealth_gpu_info")
+    # Version 1 of the struct has a rack GUID, not the chassis serial.
+    assert labels["chassis_serial"] == ("1821023000123" if version == 2 else "")
+    assert (labels["slot"], labels["tray"], labels["host_id"], labels["module_id"]) == ("7", "3", "1", "2")
+    assert "clusterhealth_gpu_nvml_errors_total" not in text
+
+
+def test_an_hgx_h100_has_no_platform_info(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu_count=1))
+    labels = next(dict(ls) for (n, ls) in samples(text) if n == "clusterhealth_gpu_info")
+    # An empty label is no label to Prometheus.
+    assert {labels.get(k, "") for k in ("chassis_serial", "slot", "tray", "host_id", "module_id")} == {""}
 
 
 def test_pcie_link_trained_down_to_x8_after_reseat(scrape: Callable[..., str]) -> None:

@@ -161,6 +161,16 @@ CASES = [
         [("4m", []), ("10m", [F(gpu("5"), "warning", 1)]), ("14m", [])],
     ),
     Case(
+        "GPURecoveryActionRequired",
+        "GPU 4's NVML recovery action is gpu_reset from 6m on until the reset at 12m; GPU 0 needs none",
+        {
+            S("clusterhealth_gpu_recovery_action", gpu("4", action="none")): "1x4 stale _x5 1x5",
+            S("clusterhealth_gpu_recovery_action", gpu("4", action="gpu_reset")): "_x5 1x6 stale",
+            S("clusterhealth_gpu_recovery_action", gpu("0", action="none")): "1x16",
+        },
+        [("4m", []), ("10m", [F(gpu("4", action="gpu_reset"), "critical", 1)]), ("14m", [])],
+    ),
+    Case(
         "GPUXidCritical",
         "new and increasing critical Xids page and memory-health Xids open a ticket, each after a "
         "minute like the GPU's other hardware alerts; an old constant one and an application's do not",

@@ -299,6 +299,7 @@ def groups(c: Config) -> list[Group]:
     receive = m(f'counter=~"{_alternation(c.receive_error_counters)}"')
     uncovered = m(f'check=~"{_alternation(c.uncovered_checks)}"')
     local = m('peer=""')
+    needs_recovery = m('action!="none"')
     fraction = c.probe_degraded_fraction
     below = round(1 - c.straggler_margin, 6)
 
@@ -442,6 +443,18 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
                 f"{GPU} has a row remap waiting for a GPU reset.",
                 "After memory errors the GPU scheduled a row remap (Xid 63) that takes effect only at "
                 "the next GPU reset. Drain the GPU when its jobs end and reset it.",
+                c.for_immediate,
+                about="gpu",
+            ),
+            Alert(
+                "GPURecoveryActionRequired",
+                "critical",
+                f"clusterhealth_gpu_recovery_action{needs_recovery} == 1",
+                f"{GPU} needs recovery: NVML asks for {{{{ $labels.action }}}}.",
+                "NVML states that the GPU cannot be used as it is until {{ $labels.action }} is done "
+                "(gpu_reset, node_reboot, drain_p2p, drain_and_reset, ...), whenever the fault that "
+                "caused it happened, even while the agent was down. Drain the GPU and do what NVML "
+                "asks; `clusterhealth check --only gpu_recovery_action` on the node says how.",
                 c.for_immediate,
                 about="gpu",
             ),

@@ -25,7 +25,11 @@ import pynvml
 from clusterhealth.exporters.sim.scenario import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_COUNTERS,
+    ERROR_CODES,
+    FABRIC_CONDITIONS,
+    FABRIC_STATES,
     NVLINK_COUNTERS,
+    RECOVERY_ACTIONS,
     Scenario,
 )
 
@@ -353,6 +357,12 @@ class SimulatedLibrary:
                 "uiVal",
                 state["nvlink_speed_mbps"],
             )
+        if state["recovery_action"] is not None:
+            answers[pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                RECOVERY_ACTIONS[state["recovery_action"]],
+            )
         held = self.clocks_event_seconds(index)
         for counter in state["clocks_event_counters"]:
             answers[_CLOCK_EVENT_FIELDS[counter]] = (
@@ -446,6 +456,89 @@ class SimulatedLibrary:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         errors = state["nvlink_errors"].get(link, {})
         _out(ref, errors.get(names[counter], 0))
+        return pynvml.NVML_SUCCESS
+
+    # -- what NVML says to do: SRAM ECC, memory repair, fabric health, platform ----------------
+
+    @_device_call
+    def nvmlDeviceGetSramEccErrorStatus(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["sram_ecc_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        status = ref._obj
+        if status.version != pynvml.nvmlEccSramErrorStatus_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        parity, secded = state["sram_ecc_uncorrected_parity"], state["sram_ecc_uncorrected_secded"]
+        status.aggregateUncParity = status.volatileUncParity = parity
+        status.aggregateUncSecDed = status.volatileUncSecDed = secded
+        status.aggregateCor = status.volatileCor = state["sram_ecc_corrected"]
+        status.aggregateUncBucketSm = parity + secded
+        status.bThresholdExceeded = int(state["sram_ecc_threshold_exceeded"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetRepairStatus(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["memory_repair_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        status = ref._obj
+        if status.version != pynvml.nvmlRepairStatus_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        status.bChannelRepairPending = int(state["channel_repair_pending"])
+        status.bTpcRepairPending = int(state["tpc_repair_pending"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["memory_repair_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        ref._obj.unrepairableMemory = int(state["memory_unrepairable"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetGpuFabricInfoV(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["fabric_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        info = ref._obj
+        versions = {pynvml.nvmlGpuFabricInfo_v2: 2, pynvml.nvmlGpuFabricInfo_v3: 3}
+        if versions.get(info.version, 99) > state["fabric_info_version"]:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        info.state = FABRIC_STATES[state["fabric_state"]]
+        info.status = 0 if state["fabric_status"] == "Success" else ERROR_CODES[state["fabric_status"]]
+        info.cliqueId = 1
+        mask = 0
+        # Every condition is reported, false unless the scenario sets it (its FALSE is 2, except
+        # the configuration's NONE and the fabric manager's CONNECTED, which are 1).
+        for name, (shift, bad) in FABRIC_CONDITIONS.items():
+            fine = 1 if name in ("incorrect_configuration", "fabric_manager_disconnected") else 2
+            mask |= (bad if name in state["fabric_conditions"] else fine) << shift
+        info.healthMask = mask
+        if isinstance(info, pynvml.c_nvmlGpuFabricInfo_v3_t):
+            conditions = set(state["fabric_conditions"])
+            info.healthSummary = (
+                pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+                if not conditions
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
+                if conditions == {"degraded_bandwidth"}
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+            )
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetPlatformInfo(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        platform = state["platform_info"]
+        if platform is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        info = ref._obj
+        versions = {pynvml.nvmlPlatformInfo_v1: 1, pynvml.nvmlPlatformInfo_v2: 2}
+        if versions.get(info.version, 99) > state["platform_info_version"]:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if isinstance(info, pynvml.c_nvmlPlatformInfo_v2_t):
+            info.chassisSerialNumber = str(platform["chassis_serial"]).encode()
+            info.slotNumber, info.trayIndex = bytes([platform["slot"]]), bytes([platform["tray"]])
+            info.hostId = bytes([platform["host_id"]])
+        else:
+            info.chassisPhysicalSlotNumber = bytes([platform["slot"]])
+            info.computeSlotIndex, info.nodeIndex = bytes([platform["tray"]]), bytes([platform["host_id"]])
+        info.moduleId = bytes([platform["module_id"]])
         return pynvml.NVML_SUCCESS
 
     # -- processes ----------------------------------------------------------------------------
