@@ -48,10 +48,7 @@ def which_wall() -> Builder[dm.Panel]:
     """Per GPU, how close each resource is to its peak: a compute-bound GPU has its tensor column
     high, a memory-bound one its DRAM column, a communication-bound one a link column."""
     gpu = SEL
-    nvlink_peak = (
-        f"2 * clusterhealth_gpu_nvlink_speed_bytes_per_second{{{gpu}}} * {ON_GPU} "
-        f"count by (instance, job, gpu, uuid) (clusterhealth_gpu_nvlink_up{{{gpu}}} == 1)"
-    )
+    nvlink_peak = f"2 * clusterhealth_gpu_nvlink_rate_bytes_per_second{{{gpu}}}"
     pcie_peak = (
         f"2 * clusterhealth_gpu_pcie_link_width{{{gpu}}} * {ON_GPU} "
         f"({PCIE_LANE_BYTES_PER_SECOND_GEN3:.6g} * 2 ^ (clusterhealth_gpu_pcie_link_generation{{{gpu}}} - 3))"
@@ -96,7 +93,7 @@ def which_wall() -> Builder[dm.Panel]:
         grid(
             "Which wall",
             "Per GPU, each resource's use against its peak over the last GPM interval: tensor-core "
-            "activity, DRAM bandwidth, NVLink traffic against its links' speed times the links up, "
+            "activity, DRAM bandwidth, NVLink traffic against its rate (a link's speed times the links up), "
             "PCIe traffic against its width and generation, and the node's RDMA traffic against its "
             "active ports' rates. A compute-bound GPU fills the tensor column, a memory-bound one the "
             "DRAM column, a communication-bound one a link column; a GPU low everywhere while its "
@@ -214,8 +211,9 @@ def gpu_row() -> list[Builder[dm.Panel]]:
         ),
         graph(
             "NVLinks down",
-            "NVLinks that are not up, per GPU.",
-            [Query(f"sum by (gpu) (1 - clusterhealth_gpu_nvlink_up{{{gpu}}})", "GPU {{gpu}}")],
+            "NVLinks that are not active, per GPU (NVLinkDown). Which ones: nvidia-smi nvlink -s, or "
+            "the per-link clusterhealth_gpu_nvlink_up (opt-in).",
+            [Query(f"clusterhealth_gpu_nvlink_links_down{{{gpu}}}", "GPU {{gpu}}")],
         ),
         graph(
             "NVLink errors",
@@ -293,10 +291,12 @@ def rdma_row() -> list[Builder[dm.Panel]]:
         ),
         graph(
             "Saturated counters",
-            "Error counters pinned at their maximum: their rate is unknown (RDMAPortErrorsUnknown).",
+            "Error counters pinned at their maximum, per port: their rate is unknown "
+            "(RDMAPortErrorsUnknown). Which ones: those of Port errors at 65535, 255 or 15, or the "
+            "per-counter clusterhealth_rdma_port_pma_saturated (opt-in).",
             [
                 Query(
-                    f"max by (device, port) (clusterhealth_rdma_port_pma_saturated{{{SEL}}})",
+                    f"clusterhealth_rdma_port_pma_saturated_counters{{{SEL}}}",
                     "{{device}}/{{port}}",
                 )
             ],

@@ -8,6 +8,7 @@ call goes through `NvmlSession` (exporters/nvml.py), which owns the error policy
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import logging
 import threading
 import time
@@ -102,6 +103,16 @@ FABRIC_UNHEALTHY_SUMMARIES = {
 }
 # Where the GPU sits in a rack-scale system (nvmlDeviceGetPlatformInfo), labels of gpu_info.
 PLATFORM_LABELS = ("chassis_serial", "slot", "tray", "host_id", "module_id")
+# The reasons exported by default: what explains a slow GPU (a power cap, heat, the power brake;
+# thermal on drivers without the split counters). The others (sync boost, board limit, low
+# utilization, reliability) are read too, and exported on request.
+CLOCK_EVENT_COUNTERS_DEFAULT = (
+    "sw_power_cap",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "thermal",
+)
 NVLINK_ERRORS = (
     ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
     ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
@@ -587,6 +598,8 @@ class GpuCollector:
     """
 
     name = "gpu"
+    # The per-link NVLink detail: per-GPU totals are exported instead unless a config asks.
+    opt_in = frozenset({"clusterhealth_gpu_nvlink_up", "clusterhealth_gpu_nvlink_link_errors_total"})
 
     def __init__(
         self,
@@ -597,12 +610,15 @@ class GpuCollector:
         gpm: bool = True,
         gpm_min_window_seconds: float = 1.0,
         on_cycle: Callable[[], object] | None = None,
+        clocks_event_counters: Sequence[str] = ("*",),
     ):
         self.session, self.directory, self._publish = session, directory, publish
         # Run at the end of each successful cycle, on this thread (one-shot commands drain the
         # NVML Xid events already waiting here, where NVML is known to answer).
         self._on_cycle = on_cycle
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
+        # The throttle-time reasons exported (glob patterns; the rest are read and left out).
+        self.clocks_event_counters = tuple(clocks_event_counters)
         self._down: dict[int, str] = {}
         self._gpm_support: dict[str, bool] = {}
         self._gpm_previous: dict[int, _GpmSample] = {}
@@ -757,6 +773,9 @@ class GpuCollector:
                 name = GPM_METRIC_NAMES.get(metric_id, str(metric_id))
                 s.failed(r.index, f"nvmlGpmMetricsGet({name})", pynvml.NVMLError(metric.nvmlReturn))
 
+    def _counts(self, reason: str) -> bool:
+        return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_counters)
+
     def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
         reason = f"{gone.call}: {gone.error}"
         log.error("GPU %d (%s) is down: %s", r.index, r.uuid, reason)
@@ -876,11 +895,6 @@ class GpuCollector:
             ),
             ("clusterhealth_gpu_pcie_link_width", "pcie_link_width", "Current PCIe link width in lanes."),
             (
-                "clusterhealth_gpu_nvlink_speed_bytes_per_second",
-                "nvlink_speed_bytes_per_second",
-                "Speed of one active NVLink in one direction (the links' peak is this times the links up).",
-            ),
-            (
                 "clusterhealth_gpu_pcie_link_width_max",
                 "pcie_link_width_max",
                 "Maximum PCIe link width in lanes.",
@@ -953,9 +967,22 @@ class GpuCollector:
                 "fabric_degraded",
             ),
         )
-        nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
+        links_down = f.gauge("clusterhealth_gpu_nvlink_links_down", "NVLinks of the GPU that are not active.")
+        nvlink_rate = f.gauge(
+            "clusterhealth_gpu_nvlink_rate_bytes_per_second",
+            "The GPU's NVLink rate in one direction: one active link's speed times the links up.",
+        )
         nvlink_errors = f.counter(
-            "clusterhealth_gpu_nvlink_errors_total", "NVLink data-link errors.", ["link", "error"]
+            "clusterhealth_gpu_nvlink_errors_total",
+            "NVLink data-link errors, summed over the GPU's links.",
+            ["error"],
+        )
+        # Per-link detail, opt-in (GpuCollector.opt_in).
+        nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
+        link_errors = f.counter(
+            "clusterhealth_gpu_nvlink_link_errors_total",
+            "NVLink data-link errors of one link.",
+            ["link", "error"],
         )
         for r in readings:
             if not r.up:
@@ -969,7 +996,8 @@ class GpuCollector:
                 for reason, bit in CLOCK_EVENT_REASONS:
                     reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
             for reason, seconds in r.clocks_event_seconds.items():
-                held.add_metric([*base, reason], seconds)
+                if self._counts(reason):
+                    held.add_metric([*base, reason], seconds)
             for sensor, value in (
                 ("gpu", r.temperature_gpu_celsius),
                 ("memory", r.temperature_memory_celsius),
@@ -990,10 +1018,19 @@ class GpuCollector:
                 flag = getattr(r, attr)
                 if flag is not None:
                     family.add_metric(base, float(flag))
+            if r.nvlinks:
+                up_links = sum(1 for link in r.nvlinks if link.up)
+                links_down.add_metric(base, float(len(r.nvlinks) - up_links))
+                if r.nvlink_speed_bytes_per_second is not None:
+                    nvlink_rate.add_metric(base, r.nvlink_speed_bytes_per_second * up_links)
+            summed: dict[str, int] = {}
             for link in r.nvlinks:
                 nvlink_up.add_metric([*base, str(link.link)], 1.0 if link.up else 0.0)
                 for error, count in link.errors.items():
-                    nvlink_errors.add_metric([*base, str(link.link), error], float(count))
+                    link_errors.add_metric([*base, str(link.link), error], float(count))
+                    summed[error] = summed.get(error, 0) + count
+            for error, count in summed.items():
+                nvlink_errors.add_metric([*base, error], float(count))
 
         errors = f.counter(
             "clusterhealth_gpu_nvml_errors_total",

@@ -79,7 +79,7 @@ CALL_FAMILIES = {
     "nvmlDeviceGetCurrPcieLinkWidth": "clusterhealth_gpu_pcie_link_width",
     "nvmlDeviceGetMaxPcieLinkWidth": "clusterhealth_gpu_pcie_link_width_max",
     "nvmlDeviceGetPcieReplayCounter": "clusterhealth_gpu_pcie_replay_errors_total",
-    "nvmlDeviceGetNvLinkState": "clusterhealth_gpu_nvlink_up",
+    "nvmlDeviceGetNvLinkState": "clusterhealth_gpu_nvlink_links_down",
     "nvmlDeviceGetNvLinkErrorCounter": "clusterhealth_gpu_nvlink_errors_total",
     "nvmlGpmQueryDeviceSupport": "clusterhealth_gpu_sm_active_ratio",
     "nvmlGpmSampleGet": "clusterhealth_gpu_sm_active_ratio",
@@ -90,7 +90,7 @@ CALL_FAMILIES = {
         "clusterhealth_gpu_nvlink_received_bytes_per_second"
     ),
     "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)": (
-        "clusterhealth_gpu_nvlink_speed_bytes_per_second"
+        "clusterhealth_gpu_nvlink_rate_bytes_per_second"
     ),
     # One reason of clocks_event_seconds_total: the other reasons are still exported.
     "nvmlDeviceGetFieldValues(NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN)": None,

@@ -94,7 +94,8 @@ def test_throttle_time_counts_the_seconds_each_reason_held_the_clocks(scrape: Ca
                 ),
                 fault(1, from_seconds=420, until_seconds=425, set={"clocks_event_reasons": ["sw_power_cap"]}),
             ],
-        )
+        ),
+        clocks_event_counters=["*"],
     )
     held = {
         reason: value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="1", reason=reason)
@@ -126,6 +127,21 @@ def test_throttle_time_counts_the_seconds_each_reason_held_the_clocks(scrape: Ca
         value(text, "clusterhealth_gpu_clocks_event_seconds_total", gpu="0", reason="hw_thermal_slowdown")
         == 0
     )
+
+
+def test_by_default_the_reasons_that_explain_a_slow_gpu_are_exported(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu_count=1))
+    reasons = {
+        dict(labels)["reason"]
+        for (name, labels) in samples(text)
+        if name == "clusterhealth_gpu_clocks_event_seconds_total"
+    }
+    assert reasons == {
+        "sw_power_cap",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    }
 
 
 def test_a_driver_without_the_slowdown_counters_counts_thermal_time_together(
@@ -273,22 +289,62 @@ def test_pcie_link_trained_down_to_x8_after_reseat(scrape: Callable[..., str]) -
 
 
 def test_nvlink_down_after_crc_errors(scrape: Callable[..., str]) -> None:
-    errors = {5: {"crc_flit": 18234, "crc_data": 12, "replay": 912, "recovery": 37}}
+    errors = {
+        5: {"crc_flit": 18234, "crc_data": 12, "replay": 912, "recovery": 37},
+        9: {"crc_flit": 6, "replay": 1},
+    }
     text = scrape(scenario(faults=[fault(0, xid=[74], set={"nvlink_down": [5], "nvlink_errors": errors})]))
-    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="5") == 0
-    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="4") == 1
-    for error, count in errors[5].items():
-        assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", link="5", error=error) == count
-    assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", link="4", error="crc_flit") == 0
-    # H100 SXM has 18 links: 0..17 and nothing beyond.
-    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="17") == 1
-    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="18") is None
+    # By default, per GPU: how many links are down, the errors summed over its links, its rate.
+    assert value(text, "clusterhealth_gpu_nvlink_links_down", gpu="0") == 1
+    assert value(text, "clusterhealth_gpu_nvlink_links_down", gpu="1") == 0
+    summed = {"crc_flit": 18240, "crc_data": 12, "replay": 913, "recovery": 37}
+    for error, count in summed.items():
+        assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", error=error) == count
+    assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="1", error="crc_flit") == 0
+    # H100 SXM: 18 links at 26.562 GB/s each way; one down leaves 17.
+    assert value(text, "clusterhealth_gpu_nvlink_rate_bytes_per_second", gpu="0") == 17 * 26562e6
+    assert value(text, "clusterhealth_gpu_nvlink_rate_bytes_per_second", gpu="1") == 18 * 26562e6
+    assert "clusterhealth_gpu_nvlink_up" not in text
+    assert "clusterhealth_gpu_nvlink_link_errors_total" not in text
     assert value(text, "clusterhealth_gpu_xid_errors_total", gpu="0", xid="74") == 1
 
 
-def test_pcie_gpu_without_nvlink_has_no_nvlink_series(scrape: Callable[..., str]) -> None:
-    text = scrape(scenario(gpu={"name": "NVIDIA H100 PCIe", "nvlinks": 0}))
+def test_per_link_nvlink_detail_on_request(scrape: Callable[..., str]) -> None:
+    errors = {5: {"crc_flit": 18234, "crc_data": 12, "replay": 912, "recovery": 37}}
+    text = scrape(
+        scenario(faults=[fault(0, set={"nvlink_down": [5], "nvlink_errors": errors})]),
+        include_metrics=["clusterhealth_gpu_nvlink_*"],
+    )
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="5") == 0
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="0", link="4") == 1
+    link_errors = "clusterhealth_gpu_nvlink_link_errors_total"
+    for error, count in errors[5].items():
+        assert value(text, link_errors, gpu="0", link="5", error=error) == count
+    assert value(text, link_errors, gpu="0", link="4", error="crc_flit") == 0
+    # H100 SXM has 18 links: 0..17 and nothing beyond.
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="17") == 1
+    assert value(text, "clusterhealth_gpu_nvlink_up", gpu="1", link="18") is None
+    # The totals are there too.
+    assert value(text, "clusterhealth_gpu_nvlink_errors_total", gpu="0", error="replay") == 912
+
+
+def test_a_family_can_be_left_out(scrape: Callable[..., str]) -> None:
+    text = scrape(
+        scenario(), exclude_metrics=["clusterhealth_gpu_fp*_active_ratio", "clusterhealth_gpu_ecc_*"]
+    )
+    assert "clusterhealth_gpu_fp16_active_ratio" not in text
+    assert "clusterhealth_gpu_fp64_active_ratio" not in text
+    assert "clusterhealth_gpu_ecc_errors_total" not in text
+    assert value(text, "clusterhealth_gpu_tensor_active_ratio", gpu="0") == 0
+    # Exclusion wins over inclusion.
+    text = scrape(scenario(), include_metrics=["*"], exclude_metrics=["clusterhealth_gpu_nvlink_up"])
     assert "clusterhealth_gpu_nvlink_up" not in text
+    assert "clusterhealth_gpu_nvlink_link_errors_total" in text
+
+
+def test_pcie_gpu_without_nvlink_has_no_nvlink_series(scrape: Callable[..., str]) -> None:
+    text = scrape(scenario(gpu={"name": "NVIDIA H100 PCIe", "nvlinks": 0}), include_metrics=["*"])
+    assert "clusterhealth_gpu_nvlink" not in text
     assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
 
 
@@ -456,8 +512,8 @@ def test_compute_memory_and_link_bound_gpus_show_their_wall(scrape: Callable[...
     pcie_out = value(text, "clusterhealth_gpu_pcie_transmitted_bytes_per_second", gpu="2")
     assert pcie_out == pytest.approx(0.5 * gib)
     assert value(text, "clusterhealth_gpu_pcie_received_bytes_per_second", gpu="0") == 0
-    # The peak the NVLink traffic is held against: one link's speed in one direction (MB/s).
-    assert value(text, "clusterhealth_gpu_nvlink_speed_bytes_per_second", gpu="2") == 26562e6
+    # The peak the NVLink traffic is held against: 18 links at 26.562 GB/s each way.
+    assert value(text, "clusterhealth_gpu_nvlink_rate_bytes_per_second", gpu="2") == 18 * 26562e6
 
 
 def test_a_pcie_card_has_gpm_but_no_nvlink_traffic(scrape: Callable[..., str]) -> None:
@@ -465,7 +521,7 @@ def test_a_pcie_card_has_gpm_but_no_nvlink_traffic(scrape: Callable[..., str]) -
     assert value(text, "clusterhealth_gpu_tensor_active_ratio") == pytest.approx(0.4)
     assert value(text, "clusterhealth_gpu_pcie_received_bytes_per_second") == 0
     assert "clusterhealth_gpu_nvlink_received_bytes_per_second" not in text
-    assert "clusterhealth_gpu_nvlink_speed_bytes_per_second" not in text
+    assert "clusterhealth_gpu_nvlink_rate_bytes_per_second" not in text
     assert "clusterhealth_gpu_nvml_errors_total" not in text
 
 

@@ -261,12 +261,12 @@ CASES = [
     ),
     Case(
         "NVLinkDown",
-        "link 5 of GPU 2 goes down at 6m; link 4 stays up",
+        "one link of GPU 2 goes down at 6m; GPU 1's links stay up",
         {
-            S("clusterhealth_gpu_nvlink_up", gpu("2", link="5")): "1x5 0x20",
-            S("clusterhealth_gpu_nvlink_up", gpu("2", link="4")): "1x25",
+            S("clusterhealth_gpu_nvlink_links_down", gpu("2")): "0x5 1x20",
+            S("clusterhealth_gpu_nvlink_links_down", gpu("1")): "0x25",
         },
-        [("3m", []), ("10m", [F(gpu("2", link="5"), "critical", 0)])],
+        [("3m", []), ("10m", [F(gpu("2"), "critical", 1)])],
     ),
     Case(
         "RDMAPortDown",
@@ -367,12 +367,12 @@ CASES = [
     ),
     Case(
         "RDMAPortErrorsUnknown",
-        "a saturated symbol_error counter is unknown, not 'no errors'",
+        "a port whose symbol_error and link_downed counters saturate is unknown, not 'no errors'",
         {
-            S("clusterhealth_rdma_port_pma_saturated", port("mlx5_5", counter="symbol_error")): "0x5 1x10",
-            S("clusterhealth_rdma_port_pma_saturated", port("mlx5_0", counter="symbol_error")): "0x15",
+            S("clusterhealth_rdma_port_pma_saturated_counters", port("mlx5_5")): "0x5 1x3 2x7",
+            S("clusterhealth_rdma_port_pma_saturated_counters", port("mlx5_0")): "0x15",
         },
-        [("3m", []), ("8m", [F(port("mlx5_5", counter="symbol_error"), "warning", 1)])],
+        [("3m", []), ("7m", [F(port("mlx5_5"), "warning", 1)]), ("12m", [F(port("mlx5_5"), "warning", 2)])],
     ),
     Case(
         "RDMAPCIeLinkDegraded",

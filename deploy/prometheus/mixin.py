@@ -537,8 +537,8 @@ or
             Alert(
                 "NVLinkDown",
                 "critical",
-                f"clusterhealth_gpu_nvlink_up{m()} == 0",
-                f"NVLink {{{{ $labels.link }}}} of {GPU} is down.",
+                f"clusterhealth_gpu_nvlink_links_down{m()} > 0",
+                f"{{{{ $value }}}} NVLink(s) of {GPU} are down.",
                 "An NVLink is down (often after Xid 74 CRC and replay errors): collectives on the "
                 "node fall back to slower paths or fail. Drain the node and reset the GPUs (or "
                 "reboot); replace the GPU or baseboard if the link stays down.",
@@ -608,12 +608,12 @@ increase(clusterhealth_rdma_port_errors_total{receive}[{c.error_window}])
             Alert(
                 "RDMAPortErrorsUnknown",
                 "warning",
-                f"clusterhealth_rdma_port_pma_saturated{m()} == 1",
-                f"{PORT}: counter {{{{ $labels.counter }}}} is saturated, its error rate is unknown.",
-                "The fixed-width PMA counter sits at its maximum and no longer counts, so "
-                "RDMAPortErrors and RDMALinkFlapping cannot see new errors on this port (and the "
-                "link has had many). Check the link, then clear the port's counters (perfquery -R) "
-                "so they count again.",
+                f"clusterhealth_rdma_port_pma_saturated_counters{m()} > 0",
+                f"{PORT}: {{{{ $value }}}} error counter(s) saturated, its error rates are unknown.",
+                "Fixed-width PMA counters sit at their maximum (65535 for the 16-bit ones such as "
+                "symbol_error, 255 for link_downed) and no longer count, so RDMAPortErrors and "
+                "RDMALinkFlapping cannot see new errors on this port (and the link has had many). "
+                "Check the link, then clear the port's counters (perfquery -R) so they count again.",
                 about="rdma_port",
             ),
             Alert(
