@@ -7,7 +7,6 @@ call goes through `NvmlSession` (exporters/nvml.py), which owns the error policy
 
 from __future__ import annotations
 
-import ctypes
 import fnmatch
 import logging
 import threading
@@ -20,6 +19,7 @@ import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.exporters.nvml import Device, GpuGone, NvmlSession, error_name, text
+from clusterhealth.exporters.nvml_health import PLATFORM_LABELS, NvmlHealth, read_health, recovery_action
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -50,59 +50,6 @@ CLOCK_EVENT_COUNTERS = (
     ("low_utilization", pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
     ("reliability", pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
 )
-# NVML's recovery actions by value, named as NVML names them, lower case ("gpu_reset").
-RECOVERY_ACTIONS = {
-    getattr(pynvml, name): name.removeprefix("NVML_GPU_RECOVERY_ACTION_").lower()
-    for name in dir(pynvml)
-    if name.startswith("NVML_GPU_RECOVERY_ACTION_")
-}
-# The conditions of the GPU fabric health mask (NVLink-switch systems), as (name, shift, width,
-# the values that mean trouble). A condition the GPU does not report reads 0 (not supported).
-FABRIC_CONDITIONS = (
-    (
-        "degraded_bandwidth",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW,
-        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE},
-    ),
-    (
-        "route_recovery",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_ROUTE_RECOVERY,
-        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_TRUE},
-    ),
-    (
-        "route_unhealthy",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_ROUTE_UNHEALTHY,
-        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE},
-    ),
-    (
-        "access_timeout_recovery",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_ACCESS_TIMEOUT_RECOVERY,
-        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_TRUE},
-    ),
-    (
-        "incorrect_configuration",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_INCORRECT_CONFIGURATION,
-        # Everything but "not supported" (0) and "none" (1) names a misconfiguration.
-        set(range(2, pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_INCORRECT_CONFIGURATION + 1)),
-    ),
-    (
-        "fabric_manager_disconnected",
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_GFM_STATE,
-        {pynvml.NVML_GPU_FABRIC_HEALTH_MASK_GFM_STATE_DISCONNECTED},
-    ),
-)
-FABRIC_UNHEALTHY_SUMMARIES = {
-    pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY: "unhealthy",
-    pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY: "limited_capacity",
-}
-# Where the GPU sits in a rack-scale system (nvmlDeviceGetPlatformInfo), labels of gpu_info.
-PLATFORM_LABELS = ("chassis_serial", "slot", "tray", "host_id", "module_id")
 # The reasons exported by default: what explains a slow GPU (a power cap, heat, the power brake;
 # thermal on drivers without the split counters). The others (sync boost, board limit, low
 # utilization, reliability) are read too, and exported on request.
@@ -207,14 +154,9 @@ class GpuReading:
     pcie_replay_errors: int | None = None
     nvlinks: list[NvlinkReading] = field(default_factory=list)
     nvlink_speed_bytes_per_second: float | None = None  # one active link, one direction
-    # What NVML says to do and its health flags (None: this GPU or driver does not say).
-    recovery_action: str | None = None  # "none", "gpu_reset", ... (RECOVERY_ACTIONS)
-    sram_ecc_threshold_exceeded: bool | None = None
-    repair_pending: bool | None = None  # a channel or TPC repair waits for a reset
-    memory_unrepairable: bool | None = None
-    fabric_degraded: bool | None = None
-    fabric_problems: tuple[str, ...] = ()  # why fabric_degraded is True
-    platform: dict[str, str] | None = None  # PLATFORM_LABELS -> value
+    # What NVML says to do (None: the driver does not say), and its newer health flags.
+    recovery_action: str | None = None  # "none", "gpu_reset", ... (exporters/nvml_health.py)
+    health: NvmlHealth = field(default_factory=NvmlHealth)
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -273,8 +215,8 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
     r.clocks_event_seconds = clock_event_seconds(fields)
     action = fields.get(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
     if action is not None:
-        r.recovery_action = RECOVERY_ACTIONS.get(int(action.value), f"unknown_{int(action.value)}")
-    _read_health(s, index, handle, r)
+        r.recovery_action = recovery_action(int(action.value))
+    r.health = read_health(s, index, handle)
     r.power_watts = _scaled(q(index, "nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3)
     r.power_limit_watts = _scaled(
         q(index, "nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3
@@ -373,104 +315,6 @@ def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldVal
         if member is not None:
             out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
     return out
-
-
-def _read_health(s: NvmlSession, index: int, handle: Any, r: GpuReading) -> None:
-    """NVML's newer health surface, each call guarded: SRAM ECC, memory repair, fabric health and
-    platform info. A driver or GPU without one leaves it absent."""
-    q = s.query
-    sram = pynvml.c_nvmlEccSramErrorStatus_v1_t()
-    if (
-        q(
-            index,
-            "nvmlDeviceGetSramEccErrorStatus",
-            pynvml.nvmlDeviceGetSramEccErrorStatus,
-            handle,
-            ctypes.byref(sram),
-        )
-        is not None
-    ):
-        r.sram_ecc_threshold_exceeded = bool(sram.bThresholdExceeded)
-    repair = q(index, "nvmlDeviceGetRepairStatus", pynvml.nvmlDeviceGetRepairStatus, handle)
-    if repair is not None:
-        r.repair_pending = any(bool(flag) for flag in repair)
-    unrepairable = q(
-        index, "nvmlDeviceGetUnrepairableMemoryFlag_v1", pynvml.nvmlDeviceGetUnrepairableMemoryFlag_v1, handle
-    )
-    if unrepairable is not None:
-        r.memory_unrepairable = bool(unrepairable)
-    fabric = _versioned(
-        s,
-        index,
-        "nvmlDeviceGetGpuFabricInfoV",
-        lambda info: pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info)),
-        [pynvml.c_nvmlGpuFabricInfo_v3_t, pynvml.c_nvmlGpuFabricInfo_v2_t],
-    )
-    if fabric is not None:
-        r.fabric_degraded, r.fabric_problems = fabric_health(fabric)
-    platform = _versioned(
-        s,
-        index,
-        "nvmlDeviceGetPlatformInfo",
-        lambda info: pynvml.nvmlDeviceGetPlatformInfo(handle, ctypes.byref(info)),
-        [pynvml.c_nvmlPlatformInfo_v2_t, pynvml.c_nvmlPlatformInfo_v1_t],
-    )
-    if platform is not None:
-        r.platform = platform_labels(platform)
-
-
-def _versioned(
-    s: NvmlSession, index: int, call: str, fn: Callable[[Any], object], structs: Sequence[type]
-) -> Any | None:
-    """A call that fills a versioned struct, newest version first: a driver that knows only an
-    older one answers ArgumentVersionMismatch to the newer."""
-    for struct in structs:
-        info = struct()
-        try:
-            fn(info)
-        except pynvml.NVMLError as err:
-            if err.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH and struct is not structs[-1]:
-                continue
-            s.failed(index, call, err)
-            return None
-        return info
-    return None
-
-
-def fabric_health(info: Any) -> tuple[bool | None, tuple[str, ...]]:
-    """(degraded, why) from nvmlGpuFabricInfo: None until the GPU's registration with the fabric
-    manager has completed; degraded when it failed, when the health summary is not healthy, or when
-    a condition of the health mask is in its bad state."""
-    if info.state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
-        return None, ()
-    problems = []
-    if info.status != pynvml.NVML_SUCCESS:
-        problems.append(f"registration_failed_{error_name(pynvml.NVMLError(info.status))}")
-    mask = info.healthMask
-    for name, shift, width, bad in FABRIC_CONDITIONS:
-        if ((mask >> shift) & width) in bad:
-            problems.append(name)
-    summary = FABRIC_UNHEALTHY_SUMMARIES.get(getattr(info, "healthSummary", 0))
-    if summary is not None and not problems:
-        problems.append(summary)
-    return bool(problems), tuple(problems)
-
-
-def platform_labels(info: Any) -> dict[str, str]:
-    """PLATFORM_LABELS of nvmlPlatformInfo: version 2 names the chassis by serial number and the
-    slot and tray; version 1 has a rack GUID instead of a serial and calls them the chassis
-    physical slot and the compute slot."""
-    if isinstance(info, pynvml.c_nvmlPlatformInfo_v2_t):
-        chassis, slot, tray, host = info.chassisSerialNumber, info.slotNumber, info.trayIndex, info.hostId
-    else:
-        chassis, slot, tray, host = b"", info.chassisPhysicalSlotNumber, info.computeSlotIndex, info.nodeIndex
-    return {
-        "chassis_serial": text(chassis).strip(),
-        "slot": str(ord(slot)),
-        "tray": str(ord(tray)),
-        "host_id": str(ord(host)),
-        "module_id": str(ord(info.moduleId)),
-    }
 
 
 def clock_event_seconds(fields: dict[int, FieldValue]) -> dict[str, float]:
@@ -620,6 +464,7 @@ class GpuCollector:
         # The throttle-time reasons exported (glob patterns; the rest are read and left out).
         self.clocks_event_counters = tuple(clocks_event_counters)
         self._down: dict[int, str] = {}
+        self._fabric_problems: dict[int, tuple[str, ...]] = {}
         self._gpm_support: dict[str, bool] = {}
         self._gpm_previous: dict[int, _GpmSample] = {}
 
@@ -674,6 +519,12 @@ class GpuCollector:
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
             del self._down[index]
+        # The gauge says the fabric is degraded; the log says how, once per change.
+        problems = reading.health.fabric_problems
+        if problems != self._fabric_problems.get(index, ()):
+            if problems:
+                log.warning("GPU %d (%s): NVLink fabric degraded: %s", index, uuid, ", ".join(problems))
+            self._fabric_problems[index] = problems
         return reading
 
     def _gpm_supported(self, reading: GpuReading, handle: Any) -> bool:
@@ -798,7 +649,7 @@ class GpuCollector:
             up.add_metric(base, 1.0 if r.up else 0.0)
             if not r.up:
                 continue
-            platform = r.platform or {}
+            platform = r.health.platform or {}
             info.add_metric(
                 [
                     *base,
@@ -1015,7 +866,7 @@ class GpuCollector:
             if r.recovery_action is not None:
                 recovery.add_metric([*base, r.recovery_action], 1.0)
             for family, attr in flags:
-                flag = getattr(r, attr)
+                flag = getattr(r.health, attr)
                 if flag is not None:
                     family.add_metric(base, float(flag))
             if r.nvlinks:

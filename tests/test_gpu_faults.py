@@ -258,6 +258,27 @@ def test_fabric_health_from_its_mask(
     assert "clusterhealth_gpu_nvml_errors_total" not in text
 
 
+def test_the_log_says_how_the_fabric_is_degraded_once(
+    write_scenario: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    data = scenario(
+        gpu_count=1, gpu={"fabric_conditions": ["route_unhealthy", "fabric_manager_disconnected"]}
+    )
+    config = configuration.load(None, {"simulate": str(write_scenario(data))})
+    node = Node(config, one_shot=True)
+    try:
+        collector = GpuCollector(node.session, node.directory, gpm=False)
+        with caplog.at_level(logging.WARNING, logger="clusterhealth.gpu"):
+            collector.collect()
+            collector.collect()
+    finally:
+        node.close()
+        nvml_sim.uninstall()
+    said = [r.getMessage() for r in caplog.records if "fabric degraded" in r.getMessage()]
+    how = "route_unhealthy, fabric_manager_disconnected"
+    assert said == [f"GPU 0 ({node.directory.uuid(0)}): NVLink fabric degraded: {how}"]
+
+
 @pytest.mark.parametrize("version", [2, 1])
 def test_platform_info_labels_gpu_info(scrape: Callable[..., str], version: int) -> None:
     where = {"chassis_serial": "1821023000123", "slot": 7, "tray": 3, "host_id": 1, "module_id": 2}
