@@ -153,6 +153,7 @@ bench: venv sysdeps
 	$(BIN)/python benchmarks/rdma_latency.py
 	$(BIN)/python benchmarks/fault_latency.py
 	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python benchmarks/series.py
 
 # Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
 bench-fabric: venv

@@ -24,7 +24,7 @@ from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import AuditCollector
 from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
-from clusterhealth.exporters.base import Collector
+from clusterhealth.exporters.base import Collector, FamilySelection
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.jobs.collector import JobsCollector
 from clusterhealth.exporters.pcie_aer import PcieAerCollector
@@ -58,6 +58,7 @@ def _gpu(config: Config, node: Node) -> GpuCollector:
         gpm=gpu.gpm,
         gpm_min_window_seconds=gpu.gpm_min_window_seconds,
         on_cycle=node.drain_xid_events if node.one_shot else None,
+        clocks_event_counters=gpu.clocks_event_counters,
     )
 
 
@@ -77,7 +78,13 @@ def _kernel_log(config: Config, node: Node) -> KernelLogCollector:
 
 def _rdma(config: Config, node: Node) -> RdmaCollector:
     rdma = config.collectors.rdma
-    return RdmaCollector(Path(config.paths.sysfs), rdma.include_devices, rdma.exclude_devices)
+    return RdmaCollector(
+        Path(config.paths.sysfs),
+        rdma.include_devices,
+        rdma.exclude_devices,
+        error_counters=rdma.error_counters,
+        hw_counters=rdma.hw_counters,
+    )
 
 
 def _pcie_aer(config: Config, node: Node) -> PcieAerCollector:
@@ -237,6 +244,14 @@ def collectors_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _selection(collector: Collector, settings: CollectorSettings) -> FamilySelection:
+    """The families of `collector` its settings export: all but its opt-in ones, plus
+    `include_metrics`, minus `exclude_metrics`."""
+    return FamilySelection(
+        getattr(collector, "opt_in", frozenset()), settings.include_metrics, settings.exclude_metrics
+    )
+
+
 def _with_dependencies(names: Collection[str]) -> set[str]:
     wanted, entries = set(names), {e.name: e for e in COLLECTORS}
     for entry in reversed(COLLECTORS):  # `after` only names earlier entries (a test checks)
@@ -270,18 +285,26 @@ class Collectors:
             after = [active[name] for name in entry.after if name in active]
             inputs = entry.inputs(config)
             if sampler is None:
+                collector = entry.build(config, self.node)
                 sampler = Sampler(
-                    entry.build(config, self.node),
+                    collector,
                     settings.interval_seconds,
                     settings.timeout_seconds,
                     self._on_snapshot,
                     after,
+                    _selection(collector, settings),
                 )
                 self._samplers[entry.name] = sampler
             else:
                 rebuilt = self._inputs.get(entry.name) != inputs
                 collector = entry.build(config, self.node) if rebuilt else sampler.collector
-                sampler.reconfigure(collector, settings.interval_seconds, settings.timeout_seconds, after)
+                sampler.reconfigure(
+                    collector,
+                    settings.interval_seconds,
+                    settings.timeout_seconds,
+                    after,
+                    _selection(collector, settings),
+                )
             self._inputs[entry.name] = inputs
             active[entry.name] = sampler
             if start:

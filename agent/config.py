@@ -31,6 +31,8 @@ from clusterhealth.checks.fabric.members import MembershipError, check_members, 
 from clusterhealth.checks.fabric.schedule import RoundTiming, check_node_name
 from clusterhealth.checks.policy import Policy
 from clusterhealth.checks.schema import setting
+from clusterhealth.exporters.gpu import CLOCK_EVENT_COUNTERS_DEFAULT
+from clusterhealth.exporters.rdma import ERROR_COUNTERS_DEFAULT, HW_COUNTERS_DEFAULT
 
 DEFAULT_PORT = 9845
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -57,6 +59,19 @@ class PathsConfig:
 
 # Every collector's runs are timed the same way (agent/sampling.py), so one sentence says it.
 _HUNG = "a run that lasts longer is reported hung: success 0 and /healthz says why"
+# And every collector's families are switched the same way (exporters/base.py, FamilySelection).
+_INCLUDE = (
+    "its opt-in metric families to export too, as glob patterns of their names ('*': all; the "
+    "README's series table lists them)"
+)
+_EXCLUDE = (
+    "metric families to leave out, as glob patterns of their names (node_exporter's "
+    "--no-collector for one family); wins over include_metrics"
+)
+
+
+def _check_globs(patterns: tuple[str, ...]) -> str | None:
+    return "non-empty glob patterns such as mlx5_*" if any(not p for p in patterns) else None
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,8 @@ class CollectorSettings:
     enabled: bool = setting(True, doc="run this collector")
     interval_seconds: float = setting(10.0, doc="how often it runs", min=0.5, max=3600)
     timeout_seconds: float = setting(30.0, doc=_HUNG, min=1, max=3600)
+    include_metrics: tuple[str, ...] = setting((), doc=_INCLUDE, check=_check_globs)
+    exclude_metrics: tuple[str, ...] = setting((), doc=_EXCLUDE, check=_check_globs)
 
     def __init_subclass__(
         cls,
@@ -83,13 +100,15 @@ class CollectorSettings:
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
-        # The three keys again, on the section, with its defaults and words: @dataclass, applied to
-        # the section after this runs, keeps them first, where this class declares them.
+        # The common keys again, on the section, with its defaults and words: @dataclass, applied
+        # to the section after this runs, keeps them first, where this class declares them.
         low, high = interval_range
         keys = {
             "enabled": setting(True, doc=does),
             "interval_seconds": setting(every, doc=how_often, min=low, max=high),
             "timeout_seconds": setting(timeout, doc=_HUNG, min=1, max=3600),
+            "include_metrics": setting((), doc=_INCLUDE, check=_check_globs),
+            "exclude_metrics": setting((), doc=_EXCLUDE, check=_check_globs),
         }
         cls.__annotations__ = {**inspect.get_annotations(CollectorSettings), **inspect.get_annotations(cls)}
         for name, key in keys.items():
@@ -103,7 +122,11 @@ class GpuConfig(
     every=10.0,
     how_often="how often NVML is sampled in the background",
 ):
-    gpm: bool = setting(True, doc="read SM activity and occupancy from GPM where the GPU supports it")
+    gpm: bool = setting(
+        True,
+        doc="read the roofline signals from GPM where the GPU has it (Hopper and newer): SM, tensor-core "
+        "and FP16/32/64 activity, SM occupancy, DRAM bandwidth, PCIe and NVLink traffic",
+    )
     gpm_min_window_seconds: float = setting(
         1.0,
         doc="shortest window between the two GPM samples when no earlier sample exists (first cycle)",
@@ -111,6 +134,12 @@ class GpuConfig(
         max=60,
     )
     xid_events: bool = setting(True, doc="count Xid errors from NVML events in a background thread")
+    clocks_event_counters: tuple[str, ...] = setting(
+        CLOCK_EVENT_COUNTERS_DEFAULT,
+        doc="throttle-time reasons exported in clusterhealth_gpu_clocks_event_seconds_total (glob "
+        "patterns; '*': also sync_boost, board_limit, low_utilization, reliability)",
+        check=_check_globs,
+    )
 
 
 @dataclass(frozen=True)
@@ -133,10 +162,6 @@ class KernelLogConfig(
     )
 
 
-def _check_globs(patterns: tuple[str, ...]) -> str | None:
-    return "non-empty glob patterns such as mlx5_*" if any(not p for p in patterns) else None
-
-
 @dataclass(frozen=True)
 class RdmaConfig(
     CollectorSettings,
@@ -149,6 +174,18 @@ class RdmaConfig(
     )
     exclude_devices: tuple[str, ...] = setting(
         (), doc="glob patterns of RDMA devices to leave out; wins over include_devices", check=_check_globs
+    )
+    error_counters: tuple[str, ...] = setting(
+        ERROR_COUNTERS_DEFAULT,
+        doc="counters/ error files exported in clusterhealth_rdma_port_errors_total (glob patterns; "
+        "'*': every file, also the constraint, switch-relay and VL15 counters)",
+        check=_check_globs,
+    )
+    hw_counters: tuple[str, ...] = setting(
+        HW_COUNTERS_DEFAULT,
+        doc="hw_counters/ files exported in clusterhealth_rdma_port_hw_events_total (glob patterns; "
+        "'*': every driver counter)",
+        check=_check_globs,
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from clusterhealth.exporters.base import Collector, CollectorFailed, NoData
+from clusterhealth.exporters.base import Collector, CollectorFailed, FamilySelection, NoData, exposed_name
 
 log = logging.getLogger("clusterhealth.sampler")
 
@@ -58,6 +58,8 @@ class Status:
 
 
 PENDING = "no collection has finished yet"
+# A collector without opt-in families, switched by no config: everything it yields is exported.
+EVERY_FAMILY = FamilySelection()
 
 
 class Sampler:
@@ -70,8 +72,11 @@ class Sampler:
         timeout: float,
         on_snapshot: Callable[[], None] = lambda: None,
         after: Sequence[Sampler] = (),
+        select: Callable[[str], bool] = EVERY_FAMILY,
     ):
         self.collector = collector
+        # Which of the collector's families are exported (the per-family switch).
+        self.select = select
         self.name = collector.name
         self.interval, self.timeout = interval, timeout
         self.after = tuple(after)
@@ -113,6 +118,7 @@ class Sampler:
         interval: float,
         timeout: float,
         after: Sequence[Sampler] = (),
+        select: Callable[[str], bool] = EVERY_FAMILY,
     ) -> None:
         """Take up new settings and, if it is another one, a new collector, from the next run on.
 
@@ -127,6 +133,7 @@ class Sampler:
                 if self.alive and not self._stop.is_set():
                     self._start_collector()
             self.interval, self.timeout, self.after = interval, timeout, tuple(after)
+            self.select = select
         self._wake.set()
 
     def _start_collector(self) -> None:
@@ -234,6 +241,8 @@ class Sampler:
                 log.info("collector %s recovered", self.name)
             self._last_error = None
         end = time.monotonic()
+        select = self.select
+        families = [family for family in families if select(exposed_name(family))]
         previous = self._snapshot
         unchanged = (
             previous is not None

@@ -42,6 +42,7 @@ CHECK_NAMES = (
     "gpu_ecc_uncorrectable",
     "gpu_row_remap",
     "gpu_xid",
+    "gpu_recovery_action",
 )
 # Names as drivers/infiniband/core/sysfs.c prints them after "<id>: " in `state` and `phys_state`.
 PORT_STATES = ("DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")

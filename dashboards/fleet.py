@@ -132,8 +132,33 @@ def drift_row() -> list[Builder[dm.Panel]]:
     ]
 
 
+# A GPU busy-waiting on communication: a kernel always running (NCCL's), its SMs and tensor cores
+# nearly idle.
+BUSY_WAIT = {"utilization_above": 0.9, "sm_active_below": 0.2, "tensor_active_below": 0.1}
+
+
 def stragglers_row() -> list[Builder[dm.Panel]]:
+    on_gpu = "on (instance, job, gpu, uuid)"
     return [
+        grid(
+            "Busy GPUs waiting on others",
+            f"GPUs whose utilization is above {BUSY_WAIT['utilization_above']:.0%} while their SM "
+            f"activity is below {BUSY_WAIT['sm_active_below']:.0%} and their tensor activity below "
+            f"{BUSY_WAIT['tensor_active_below']:.0%} (GPM): a kernel runs, but it waits (a collective "
+            "waiting for a straggler or a slow link, or data loading). Their SM activity is shown.",
+            [
+                Query(
+                    f"clusterhealth_gpu_sm_active_ratio{{{SEL}}} < {BUSY_WAIT['sm_active_below']} "
+                    f"and {on_gpu} clusterhealth_gpu_utilization_ratio{{{SEL}}} > "
+                    f"{BUSY_WAIT['utilization_above']} "
+                    f"and {on_gpu} clusterhealth_gpu_tensor_active_ratio{{{SEL}}} < "
+                    f"{BUSY_WAIT['tensor_active_below']}",
+                    instant=True,
+                )
+            ],
+            unit="percentunit",
+            transformations=[organize(["Time", "__name__", "job", "uuid"])],
+        ),
         graph(
             "Busy GPUs' SM clock against the fleet median",
             "SM clock of each busy GPU divided by the fleet's median for its model; below 0.9 is a "

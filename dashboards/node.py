@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 
 from clusterhealth.dashboards.panels import (
     HIDE_META,
+    MERGE,
     PORT_STATE_MAPPINGS,
     RATE,
     SEL,
@@ -34,9 +36,97 @@ def dashboard() -> gd.Dashboard:
     )
 
 
+# The labels of one GPU, for joining its series.
+ON_GPU = "on (instance, job, gpu, uuid)"
+# A PCIe lane's payload rate in one direction: 8 GT/s with 128b/130b encoding is 0.985 GB/s at
+# generation 3, doubling with each generation (within 2% of 0.25 and 0.5 GB/s for generations 1
+# and 2, and of generation 6's FLIT rate).
+PCIE_LANE_BYTES_PER_SECOND_GEN3 = 8e9 * 128 / 130 / 8
+
+
+def which_wall() -> Builder[dm.Panel]:
+    """Per GPU, how close each resource is to its peak: a compute-bound GPU has its tensor column
+    high, a memory-bound one its DRAM column, a communication-bound one a link column."""
+    gpu = SEL
+    nvlink_peak = f"2 * clusterhealth_gpu_nvlink_rate_bytes_per_second{{{gpu}}}"
+    pcie_peak = (
+        f"2 * clusterhealth_gpu_pcie_link_width{{{gpu}}} * {ON_GPU} "
+        f"({PCIE_LANE_BYTES_PER_SECOND_GEN3:.6g} * 2 ^ (clusterhealth_gpu_pcie_link_generation{{{gpu}}} - 3))"
+    )
+    rdma_ports = f"on (instance, job, device, port) clusterhealth_rdma_port_state_id{{{SEL}}} == 4"
+    rdma_node = (
+        "sum by (instance, job) ("
+        f"rate(clusterhealth_rdma_port_data_received_bytes_total{{{SEL}}}[{RATE}]) "
+        f"+ rate(clusterhealth_rdma_port_data_transmitted_bytes_total{{{SEL}}}[{RATE}]))"
+        " / on (instance, job) "
+        f"(2 * sum by (instance, job) (clusterhealth_rdma_port_rate_bytes_per_second{{{SEL}}} "
+        f"and {rdma_ports} "
+        f"and on (instance, job, device, port) clusterhealth_rdma_port_data_received_bytes_total{{{SEL}}}))"
+    )
+    queries = [
+        Query(f"clusterhealth_gpu_tensor_active_ratio{{{gpu}}}", instant=True),
+        Query(f"clusterhealth_gpu_dram_active_ratio{{{gpu}}}", instant=True),
+        Query(
+            f"(clusterhealth_gpu_nvlink_received_bytes_per_second{{{gpu}}} + {ON_GPU} "
+            f"clusterhealth_gpu_nvlink_transmitted_bytes_per_second{{{gpu}}}) / {ON_GPU} ({nvlink_peak})",
+            instant=True,
+        ),
+        Query(
+            f"(clusterhealth_gpu_pcie_received_bytes_per_second{{{gpu}}} + {ON_GPU} "
+            f"clusterhealth_gpu_pcie_transmitted_bytes_per_second{{{gpu}}}) / {ON_GPU} ({pcie_peak})",
+            instant=True,
+        ),
+        # The HCAs serve the node, not one GPU: each GPU's row shows the node's RDMA share.
+        Query(
+            f"(clusterhealth_gpu_up{{{gpu}}} == 1) * on (instance, job) group_left () ({rdma_node})",
+            instant=True,
+        ),
+    ]
+    columns = {
+        "Value #A": "tensor cores",
+        "Value #B": "DRAM bandwidth",
+        "Value #C": "NVLink",
+        "Value #D": "PCIe",
+        "Value #E": "RDMA (node)",
+    }
+    return (
+        grid(
+            "Which wall",
+            "Per GPU, each resource's use against its peak over the last GPM interval: tensor-core "
+            "activity, DRAM bandwidth, NVLink traffic against its rate (a link's speed times the links up), "
+            "PCIe traffic against its width and generation, and the node's RDMA traffic against its "
+            "active ports' rates. A compute-bound GPU fills the tensor column, a memory-bound one the "
+            "DRAM column, a communication-bound one a link column; a GPU low everywhere while its "
+            "utilization is 1 waits on others.",
+            queries,
+            w=24,
+            unit="percentunit",
+            transformations=[
+                MERGE,
+                dm.DataTransformerConfig(
+                    id_val="organize",
+                    options={
+                        "excludeByName": dict.fromkeys(["Time", "job", "instance", "uuid"], True),
+                        "renameByName": columns,
+                    },
+                ),
+            ],
+        )
+        .min(0)
+        .max(1)
+        .cell_options(
+            common.TableBarGaugeCellOptions(
+                mode=common.BarGaugeDisplayMode.GRADIENT  # type: ignore[arg-type]
+            )
+        )
+    )
+
+
 def gpu_row() -> list[Builder[dm.Panel]]:
     gpu = f"{SEL}"
+    held = f"rate(clusterhealth_gpu_clocks_event_seconds_total{{{gpu}}}[{RATE}])"
     return [
+        which_wall(),
         graph(
             "SM activity against utilization",
             "Utilization is 1 whenever a kernel runs, including NCCL waiting for a straggler; SM "
@@ -65,6 +155,14 @@ def gpu_row() -> list[Builder[dm.Panel]]:
                     "{{reason}}",
                 )
             ],
+        ),
+        graph(
+            "Time held back, by reason",
+            "Share of the time each clock-event reason held a GPU's clocks down, from NVML's time "
+            "counters (exact, where the flags above are sampled); only the GPUs and reasons that "
+            "held any time show. Thermal and power-brake time alerts (GPUThermalOrPowerSlowdown).",
+            [Query(f"{held} > 0 or max by (reason) ({held})", "GPU {{gpu}} {{reason}}")],
+            unit="percentunit",
         ),
         graph(
             "Temperatures",
@@ -113,8 +211,9 @@ def gpu_row() -> list[Builder[dm.Panel]]:
         ),
         graph(
             "NVLinks down",
-            "NVLinks that are not up, per GPU.",
-            [Query(f"sum by (gpu) (1 - clusterhealth_gpu_nvlink_up{{{gpu}}})", "GPU {{gpu}}")],
+            "NVLinks that are not active, per GPU (NVLinkDown). Which ones: nvidia-smi nvlink -s, or "
+            "the per-link clusterhealth_gpu_nvlink_up (opt-in).",
+            [Query(f"clusterhealth_gpu_nvlink_links_down{{{gpu}}}", "GPU {{gpu}}")],
         ),
         graph(
             "NVLink errors",
@@ -192,10 +291,12 @@ def rdma_row() -> list[Builder[dm.Panel]]:
         ),
         graph(
             "Saturated counters",
-            "Error counters pinned at their maximum: their rate is unknown (RDMAPortErrorsUnknown).",
+            "Error counters pinned at their maximum, per port: their rate is unknown "
+            "(RDMAPortErrorsUnknown). Which ones: those of Port errors at 65535, 255 or 15, or the "
+            "per-counter clusterhealth_rdma_port_pma_saturated (opt-in).",
             [
                 Query(
-                    f"max by (device, port) (clusterhealth_rdma_port_pma_saturated{{{SEL}}})",
+                    f"clusterhealth_rdma_port_pma_saturated_counters{{{SEL}}}",
                     "{{device}}/{{port}}",
                 )
             ],

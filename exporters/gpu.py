@@ -7,6 +7,7 @@ call goes through `NvmlSession` (exporters/nvml.py), which owns the error policy
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.exporters.nvml import Device, GpuGone, NvmlSession, error_name, text
+from clusterhealth.exporters.nvml_health import PLATFORM_LABELS, NvmlHealth, read_health, recovery_action
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -33,6 +35,31 @@ CLOCK_EVENT_REASONS = (
     ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
     ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
 )
+# NVML's clock-event (throttle) time counters: how long each reason has held the clocks down
+# since the driver loaded, in nanoseconds, as (reason, field id). The reasons with a flag of
+# their own keep its name; the older perf-policy counters keep theirs.
+CLOCK_EVENT_COUNTERS = (
+    ("sw_power_cap", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
+    ("sync_boost", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
+    ("sw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
+    ("hw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
+    ("hw_power_brake_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN),
+    # Drivers before the three slowdown counters count thermal slowdowns here, SW and HW together.
+    ("thermal", pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL),
+    ("board_limit", pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
+    ("low_utilization", pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
+    ("reliability", pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
+)
+# The reasons exported by default: what explains a slow GPU (a power cap, heat, the power brake;
+# thermal on drivers without the split counters). The others (sync boost, board limit, low
+# utilization, reliability) are read too, and exported on request.
+CLOCK_EVENT_COUNTERS_DEFAULT = (
+    "sw_power_cap",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "thermal",
+)
 NVLINK_ERRORS = (
     ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
     ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
@@ -45,6 +72,30 @@ ECC_KINDS = (
 )
 ECC_SCOPES = (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC))
 MHZ = 1e6
+PERCENT = 1e-2
+MIB = float(1 << 20)
+
+# GPM metrics over one sampling interval, as (GpuReading field, NVML metric id, factor to base
+# units): GPM reports activity in percent and bandwidth in MiB/s.
+GPM_METRICS = (
+    ("sm_active_ratio", pynvml.NVML_GPM_METRIC_SM_UTIL, PERCENT),
+    ("sm_occupancy_ratio", pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, PERCENT),
+    ("tensor_active_ratio", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, PERCENT),
+    ("dram_active_ratio", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, PERCENT),
+    ("fp16_active_ratio", pynvml.NVML_GPM_METRIC_FP16_UTIL, PERCENT),
+    ("fp32_active_ratio", pynvml.NVML_GPM_METRIC_FP32_UTIL, PERCENT),
+    ("fp64_active_ratio", pynvml.NVML_GPM_METRIC_FP64_UTIL, PERCENT),
+    ("pcie_received_bytes_per_second", pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, MIB),
+    ("pcie_transmitted_bytes_per_second", pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, MIB),
+    ("nvlink_received_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, MIB),
+    ("nvlink_transmitted_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, MIB),
+)
+# The names pynvml gives the metric ids, for the `call` label of an error on one metric.
+GPM_METRIC_NAMES = {
+    getattr(pynvml, name): name
+    for name in dir(pynvml)
+    if name.startswith("NVML_GPM_METRIC_") and name != "NVML_GPM_METRIC_MAX"
+}
 
 
 @dataclass
@@ -74,8 +125,18 @@ class GpuReading:
     pci_bus_id: str | None = None
     serial: str | None = None
     vbios_version: str | None = None
+    # GPM, averaged over the interval between two samples (None: no GPM on this GPU).
     sm_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    fp16_active_ratio: float | None = None
+    fp32_active_ratio: float | None = None
+    fp64_active_ratio: float | None = None
+    pcie_received_bytes_per_second: float | None = None
+    pcie_transmitted_bytes_per_second: float | None = None
+    nvlink_received_bytes_per_second: float | None = None
+    nvlink_transmitted_bytes_per_second: float | None = None
     utilization_ratio: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
@@ -83,6 +144,7 @@ class GpuReading:
     sm_clock_max_hertz: float | None = None
     memory_clock_hertz: float | None = None
     clocks_event_reasons: int | None = None  # NVML bitmask
+    clocks_event_seconds: dict[str, float] = field(default_factory=dict)  # reason -> seconds held
     performance_state: int | None = None
     temperature_gpu_celsius: float | None = None
     temperature_memory_celsius: float | None = None
@@ -105,6 +167,10 @@ class GpuReading:
     minor_number: int | None = None
     compute_pids: tuple[int, ...] | None = None
     mig_devices: tuple[MigDevice, ...] = ()
+    nvlink_speed_bytes_per_second: float | None = None  # one active link, one direction
+    # What NVML says to do (None: the driver does not say), and its newer health flags.
+    recovery_action: str | None = None  # "none", "gpu_reset", ... (exporters/nvml_health.py)
+    health: NvmlHealth = field(default_factory=NvmlHealth)
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -155,7 +221,16 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
         handle,
         pynvml.NVML_TEMPERATURE_GPU,
     )
-    r.temperature_memory_celsius = _field_value(s, index, handle, pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    fields = _field_values(s, index, handle)
+    memory_temperature = fields.get(pynvml.NVML_FI_DEV_MEMORY_TEMP)
+    r.temperature_memory_celsius = memory_temperature.value if memory_temperature else None
+    speed = fields.get(pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
+    r.nvlink_speed_bytes_per_second = speed.value * 1e6 if speed else None
+    r.clocks_event_seconds = clock_event_seconds(fields)
+    action = fields.get(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    if action is not None:
+        r.recovery_action = recovery_action(int(action.value))
+    r.health = read_health(s, index, handle)
     r.power_watts = _scaled(q(index, "nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3)
     r.power_limit_watts = _scaled(
         q(index, "nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3
@@ -236,23 +311,73 @@ def _read_mig_devices(s: NvmlSession, index: int, handle: Any) -> tuple[MigDevic
     return tuple(found)
 
 
-def _field_value(s: NvmlSession, index: int, handle: Any, field_id: int) -> float | None:
-    values = s.query(index, "nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues, handle, [field_id])
+# The field values read for each GPU, in one nvmlDeviceGetFieldValues call, by the name NVML gives
+# them (the `call` label of an error on one field).
+FIELDS = {
+    getattr(pynvml, name): name
+    for name in (
+        "NVML_FI_DEV_MEMORY_TEMP",
+        "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
+        "NVML_FI_DEV_PERF_POLICY_THERMAL",
+        "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT",
+        "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION",
+        "NVML_FI_DEV_PERF_POLICY_RELIABILITY",
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+    )
+}
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+@dataclass(frozen=True)
+class FieldValue:
+    value_type: int  # NVML_VALUE_TYPE_*
+    value: float
+
+
+def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldValue]:
+    """Every field of FIELDS the driver answers. A field it does not have is absent; any other
+    answer for one field goes through the error policy as a call of its own would."""
+    ids = list(FIELDS)
+    values = s.query(index, "nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues, handle, ids)
     if values is None:
-        return None
-    v = values[0]
-    if v.nvmlReturn != pynvml.NVML_SUCCESS:
-        return None
-    member = {
-        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-    }.get(v.valueType)
-    return float(getattr(v.value, member)) if member else None
+        return {}
+    out: dict[int, FieldValue] = {}
+    for field_id, v in zip(ids, values, strict=True):
+        if v.nvmlReturn != pynvml.NVML_SUCCESS:
+            s.failed(index, f"nvmlDeviceGetFieldValues({FIELDS[field_id]})", pynvml.NVMLError(v.nvmlReturn))
+            continue
+        member = _VALUE_MEMBERS.get(v.valueType)
+        if member is not None:
+            out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
+    return out
+
+
+def clock_event_seconds(fields: dict[int, FieldValue]) -> dict[str, float]:
+    """The throttle-time counters in seconds. A nanosecond counter is 64 bits wide: an answer of
+    another type at one of these ids is another field (NVML renumbered the three slowdown counters
+    between releases), and is left out."""
+    seconds = {
+        reason: fields[field_id].value * 1e-9
+        for reason, field_id in CLOCK_EVENT_COUNTERS
+        if field_id in fields and fields[field_id].value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    }
+    # Where the SW and HW thermal counters exist, the older one counts the same time again.
+    if "sw_thermal_slowdown" in seconds or "hw_thermal_slowdown" in seconds:
+        seconds.pop("thermal", None)
+    return seconds
 
 
 def _read_nvlinks(s: NvmlSession, index: int, handle: Any) -> list[NvlinkReading]:
@@ -365,6 +490,8 @@ class GpuCollector:
     """
 
     name = "gpu"
+    # The per-link NVLink detail: per-GPU totals are exported instead unless a config asks.
+    opt_in = frozenset({"clusterhealth_gpu_nvlink_up", "clusterhealth_gpu_nvlink_link_errors_total"})
 
     def __init__(
         self,
@@ -375,13 +502,17 @@ class GpuCollector:
         gpm: bool = True,
         gpm_min_window_seconds: float = 1.0,
         on_cycle: Callable[[], object] | None = None,
+        clocks_event_counters: Sequence[str] = ("*",),
     ):
         self.session, self.directory, self._publish = session, directory, publish
         # Run at the end of each successful cycle, on this thread (one-shot commands drain the
         # NVML Xid events already waiting here, where NVML is known to answer).
         self._on_cycle = on_cycle
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
+        # The throttle-time reasons exported (glob patterns; the rest are read and left out).
+        self.clocks_event_counters = tuple(clocks_event_counters)
         self._down: dict[int, str] = {}
+        self._fabric_problems: dict[int, tuple[str, ...]] = {}
         self._gpm_support: dict[str, bool] = {}
         self._gpm_previous: dict[int, _GpmSample] = {}
 
@@ -436,14 +567,37 @@ class GpuCollector:
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
             del self._down[index]
+        # The gauge says the fabric is degraded; the log says how, once per change.
+        problems = reading.health.fabric_problems
+        if problems != self._fabric_problems.get(index, ()):
+            if problems:
+                log.warning("GPU %d (%s): NVLink fabric degraded: %s", index, uuid, ", ".join(problems))
+            self._fabric_problems[index] = problems
         return reading
 
     def _gpm_supported(self, reading: GpuReading, handle: Any) -> bool:
+        """Whether the GPU has GPM; the first time it has none, the log says why, once."""
         if reading.uuid not in self._gpm_support:
-            support = self.session.query(
-                reading.index, "nvmlGpmQueryDeviceSupport", pynvml.nvmlGpmQueryDeviceSupport, handle
-            )
-            self._gpm_support[reading.uuid] = bool(support is not None and support.isSupportedDevice)
+            try:
+                support = pynvml.nvmlGpmQueryDeviceSupport(handle)
+            except pynvml.NVMLError as err:
+                # Applies the policy: a lost GPU or an unusable library raises from here.
+                self.session.failed(reading.index, "nvmlGpmQueryDeviceSupport", err)
+                why = f"nvmlGpmQueryDeviceSupport answered {error_name(err)}"
+                if err.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    why = "the driver has no GPM (before R520)"
+                supported = False
+            else:
+                supported = bool(support.isSupportedDevice)
+                why = "the GPU has no GPM (GPUs before Hopper)"
+            self._gpm_support[reading.uuid] = supported
+            if not supported:
+                log.info(
+                    "GPU %d (%s): %s, so its SM, tensor, FP, DRAM, PCIe and NVLink activity are not exported",
+                    reading.index,
+                    reading.uuid,
+                    why,
+                )
         return self._gpm_support[reading.uuid]
 
     def _sample(self, reading: GpuReading, handle: Any) -> Any:
@@ -457,7 +611,8 @@ class GpuCollector:
         return sample
 
     def _read_gpm(self, readings: Sequence[GpuReading], handles: dict[int, Any]) -> None:
-        """SM activity and occupancy between the previous cycle's GPM sample and a new one.
+        """GPM metrics (SM, tensor and FP pipes, DRAM, PCIe, NVLink) between the previous cycle's
+        GPM sample and a new one.
 
         Over a whole interval the figures are averages of what the GPU did, not a glimpse. On the
         first cycle (or for a GPU that came back) there is no earlier sample, so one is taken and
@@ -498,20 +653,27 @@ class GpuCollector:
             return
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 2
+        request.numMetrics = len(GPM_METRICS)
         request.sample1, request.sample2 = previous.sample, current
-        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
-        request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+        for i, (_, metric_id, _) in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = metric_id
         result = s.query(r.index, "nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
         s.query(r.index, "nvmlGpmSampleFree", pynvml.nvmlGpmSampleFree, previous.sample)
         self._gpm_previous[r.index] = _GpmSample(r.uuid, current)
         if result is None:
             return
-        sm_util, sm_occupancy = result.metrics[0], result.metrics[1]
-        if sm_util.nvmlReturn == pynvml.NVML_SUCCESS:
-            r.sm_active_ratio = sm_util.value / 100
-        if sm_occupancy.nvmlReturn == pynvml.NVML_SUCCESS:
-            r.sm_occupancy_ratio = sm_occupancy.value / 100
+        for i, (attr, metric_id, factor) in enumerate(GPM_METRICS):
+            metric = result.metrics[i]
+            if metric.nvmlReturn == pynvml.NVML_SUCCESS:
+                setattr(r, attr, metric.value * factor)
+            else:
+                # One metric the GPU lacks (NVLink on a PCIe card) is absent; the policy decides
+                # about any other answer, as for a call of its own.
+                name = GPM_METRIC_NAMES.get(metric_id, str(metric_id))
+                s.failed(r.index, f"nvmlGpmMetricsGet({name})", pynvml.NVMLError(metric.nvmlReturn))
+
+    def _counts(self, reason: str) -> bool:
+        return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_counters)
 
     def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
         reason = f"{gone.call}: {gone.error}"
@@ -527,16 +689,25 @@ class GpuCollector:
         up = f.gauge("clusterhealth_gpu_up", "1 if the GPU answered NVML, 0 if it is lost or failing.")
         info = f.gauge(
             "clusterhealth_gpu_info",
-            "GPU identity, value 1.",
-            ["name", "pci_bus_id", "serial", "vbios_version"],
+            "GPU identity and, on rack-scale systems, where it sits; value 1.",
+            ["name", "pci_bus_id", "serial", "vbios_version", *PLATFORM_LABELS],
         )
         for r in readings:
             base = [str(r.index), r.uuid]
             up.add_metric(base, 1.0 if r.up else 0.0)
             if not r.up:
                 continue
+            platform = r.health.platform or {}
             info.add_metric(
-                [*base, r.name or "", r.pci_bus_id or "", r.serial or "", r.vbios_version or ""], 1.0
+                [
+                    *base,
+                    r.name or "",
+                    r.pci_bus_id or "",
+                    r.serial or "",
+                    r.vbios_version or "",
+                    *(platform.get(label, "") for label in PLATFORM_LABELS),
+                ],
+                1.0,
             )
         simple = (
             (
@@ -548,6 +719,51 @@ class GpuCollector:
                 "clusterhealth_gpu_sm_occupancy_ratio",
                 "sm_occupancy_ratio",
                 "Resident warps over the SMs' maximum (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_tensor_active_ratio",
+                "tensor_active_ratio",
+                "Fraction of time the SMs ran any tensor-core instruction (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_dram_active_ratio",
+                "dram_active_ratio",
+                "DRAM bandwidth used over its theoretical maximum (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp16_active_ratio",
+                "fp16_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP16 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp32_active_ratio",
+                "fp32_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP32 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_fp64_active_ratio",
+                "fp64_active_ratio",
+                "Fraction of time the SMs ran non-tensor FP64 math (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_pcie_received_bytes_per_second",
+                "pcie_received_bytes_per_second",
+                "PCIe traffic into the GPU (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_pcie_transmitted_bytes_per_second",
+                "pcie_transmitted_bytes_per_second",
+                "PCIe traffic out of the GPU (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_nvlink_received_bytes_per_second",
+                "nvlink_received_bytes_per_second",
+                "NVLink traffic into the GPU, all links (GPM).",
+            ),
+            (
+                "clusterhealth_gpu_nvlink_transmitted_bytes_per_second",
+                "nvlink_transmitted_bytes_per_second",
+                "NVLink traffic out of the GPU, all links (GPM).",
             ),
             (
                 "clusterhealth_gpu_utilization_ratio",
@@ -600,6 +816,11 @@ class GpuCollector:
             "1 while the clock-event (throttle) reason holds the clocks down.",
             ["reason"],
         )
+        held = f.counter(
+            "clusterhealth_gpu_clocks_event_seconds_total",
+            "Time the clock-event (throttle) reason held the clocks down since the driver loaded.",
+            ["reason"],
+        )
         temperature = f.gauge("clusterhealth_gpu_temperature_celsius", "Temperature by sensor.", ["sensor"])
         ecc = f.counter("clusterhealth_gpu_ecc_errors_total", "ECC errors.", ["error", "scope"])
         remapped = f.gauge("clusterhealth_gpu_remapped_rows", "Rows remapped, by cause.", ["cause"])
@@ -609,9 +830,58 @@ class GpuCollector:
         failed = f.gauge(
             "clusterhealth_gpu_row_remap_failed", "1 when a row remap failed: the GPU needs replacing."
         )
-        nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
+        recovery = f.gauge(
+            "clusterhealth_gpu_recovery_action",
+            "What NVML says the GPU needs before it is used again (none, gpu_reset, node_reboot, ...); 1.",
+            ["action"],
+        )
+        flags = (
+            (
+                f.gauge(
+                    "clusterhealth_gpu_sram_ecc_threshold_exceeded",
+                    "1 when the GPU's SRAM ECC errors passed NVIDIA's threshold: replace the GPU.",
+                ),
+                "sram_ecc_threshold_exceeded",
+            ),
+            (
+                f.gauge(
+                    "clusterhealth_gpu_repair_pending",
+                    "1 when a memory channel or TPC repair waits for a GPU reset.",
+                ),
+                "repair_pending",
+            ),
+            (
+                f.gauge(
+                    "clusterhealth_gpu_memory_unrepairable",
+                    "1 when the GPU's memory has faults it cannot repair: replace the GPU.",
+                ),
+                "memory_unrepairable",
+            ),
+            (
+                f.gauge(
+                    "clusterhealth_gpu_fabric_degraded",
+                    "1 when the GPU's NVLink fabric (NVSwitch systems) is degraded by its health mask or "
+                    "summary, or its registration failed.",
+                ),
+                "fabric_degraded",
+            ),
+        )
+        links_down = f.gauge("clusterhealth_gpu_nvlink_links_down", "NVLinks of the GPU that are not active.")
+        nvlink_rate = f.gauge(
+            "clusterhealth_gpu_nvlink_rate_bytes_per_second",
+            "The GPU's NVLink rate in one direction: one active link's speed times the links up.",
+        )
         nvlink_errors = f.counter(
-            "clusterhealth_gpu_nvlink_errors_total", "NVLink data-link errors.", ["link", "error"]
+            "clusterhealth_gpu_nvlink_errors_total",
+            "NVLink data-link errors, summed over the GPU's links.",
+            ["error"],
+        )
+        # Per-link detail, opt-in (GpuCollector.opt_in).
+        nvlink_up = f.gauge("clusterhealth_gpu_nvlink_up", "1 if the NVLink link is active.", ["link"])
+        link_errors = f.counter(
+            "clusterhealth_gpu_nvlink_link_errors_total",
+            "NVLink data-link errors of one link.",
+            ["link", "error"],
         )
         for r in readings:
             if not r.up:
@@ -624,6 +894,9 @@ class GpuCollector:
             if r.clocks_event_reasons is not None:
                 for reason, bit in CLOCK_EVENT_REASONS:
                     reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
+            for reason, seconds in r.clocks_event_seconds.items():
+                if self._counts(reason):
+                    held.add_metric([*base, reason], seconds)
             for sensor, value in (
                 ("gpu", r.temperature_gpu_celsius),
                 ("memory", r.temperature_memory_celsius),
@@ -638,10 +911,25 @@ class GpuCollector:
                 pending.add_metric(base, float(r.row_remap_pending))
             if r.row_remap_failed is not None:
                 failed.add_metric(base, float(r.row_remap_failed))
+            if r.recovery_action is not None:
+                recovery.add_metric([*base, r.recovery_action], 1.0)
+            for family, attr in flags:
+                flag = getattr(r.health, attr)
+                if flag is not None:
+                    family.add_metric(base, float(flag))
+            if r.nvlinks:
+                up_links = sum(1 for link in r.nvlinks if link.up)
+                links_down.add_metric(base, float(len(r.nvlinks) - up_links))
+                if r.nvlink_speed_bytes_per_second is not None:
+                    nvlink_rate.add_metric(base, r.nvlink_speed_bytes_per_second * up_links)
+            summed: dict[str, int] = {}
             for link in r.nvlinks:
                 nvlink_up.add_metric([*base, str(link.link)], 1.0 if link.up else 0.0)
                 for error, count in link.errors.items():
-                    nvlink_errors.add_metric([*base, str(link.link), error], float(count))
+                    link_errors.add_metric([*base, str(link.link), error], float(count))
+                    summed[error] = summed.get(error, 0) + count
+            for error, count in summed.items():
+                nvlink_errors.add_metric([*base, error], float(count))
 
         errors = f.counter(
             "clusterhealth_gpu_nvml_errors_total",

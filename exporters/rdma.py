@@ -42,6 +42,34 @@ TRAFFIC_COUNTER_FILES = frozenset(
     }
 )
 
+# The error counters of counters/ exported by default (`error_counters`): what the alerts read
+# (symbol and link-integrity errors, flaps, damaged packets) and the transmit discards that
+# congestion causes. The other files (constraint errors, switch relay errors, VL15 drops) are
+# partition and subnet-management matters, exported with `error_counters: ['*']`.
+ERROR_COUNTERS_DEFAULT = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "port_xmit_discards",
+)
+# The driver counters of hw_counters/ exported by default (`hw_counters`): congestion (receive
+# buffers exhausted; RoCE congestion notifications sent, handled, and ECN marks) and the transport
+# errors that mean lost packets (out-of-sequence arrivals, acknowledgement timeouts). The rest
+# (request and completion counts, per-opcode errors, irdma's IP and TCP counters) with
+# `hw_counters: ['*']`.
+HW_COUNTERS_DEFAULT = (
+    "out_of_buffer",
+    "out_of_sequence",
+    "local_ack_timeout_err",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+)
+
 # (metric name, help, PortCounters field) for the traffic counters of counters/.
 PORT_TRAFFIC = (
     (
@@ -152,16 +180,34 @@ class RdmaCollector:
     """
 
     name = "rdma"
+    # Off unless a config asks: the packet counts (the byte counts say the traffic), the
+    # unicast/multicast split, and each pinned counter's own flag (one count per port instead).
+    opt_in = frozenset(
+        {
+            "clusterhealth_rdma_port_packets_received_total",
+            "clusterhealth_rdma_port_packets_transmitted_total",
+            "clusterhealth_rdma_port_unicast_packets_received_total",
+            "clusterhealth_rdma_port_unicast_packets_transmitted_total",
+            "clusterhealth_rdma_port_multicast_packets_received_total",
+            "clusterhealth_rdma_port_multicast_packets_transmitted_total",
+            "clusterhealth_rdma_port_pma_saturated",
+        }
+    )
 
     def __init__(
         self,
         sysfs_root: Path,
         include_devices: Sequence[str] = (),
         exclude_devices: Sequence[str] = (),
+        *,
+        error_counters: Sequence[str] = ("*",),
+        hw_counters: Sequence[str] = ("*",),
     ) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.include_devices = tuple(include_devices)
         self.exclude_devices = tuple(exclude_devices)
+        self.error_counters = _Names(error_counters)
+        self.hw_counters = _Names(hw_counters)
         # Identity attributes and directory listings are read once per registered device.
         self._cache = ReadCache()
 
@@ -184,10 +230,27 @@ class RdmaCollector:
             raise NoData(str(absent)) from None
         if not devices:
             raise NoData(f"no RDMA devices under {self.sysfs_root / 'class' / 'infiniband'}")
-        return _families([device for device in devices if self.selects(device.name)])
+        return _families(
+            [device for device in devices if self.selects(device.name)], self.error_counters, self.hw_counters
+        )
 
 
-def _families(devices: list[RdmaDevice]) -> list[Metric]:
+class _Names:
+    """Counter file names matched against glob patterns, each name's answer kept (a few dozen
+    names, asked about on every port of every read)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(patterns)
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: str) -> bool:
+        known = self._known.get(name)
+        if known is None:
+            known = self._known[name] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+        return known
+
+
+def _families(devices: list[RdmaDevice], error_counters: _Names, hw_counters: _Names) -> list[Metric]:
     device_info = GaugeMetricFamily(
         "clusterhealth_rdma_device_info",
         "RDMA device identity; 1.",
@@ -219,6 +282,11 @@ def _families(devices: list[RdmaDevice]) -> list[Metric]:
         "clusterhealth_rdma_port_errors_total",
         "Error and discard counters of counters/, by file name (saturating PMA counters).",
         labels=[*PORT, "counter"],
+    )
+    saturated = GaugeMetricFamily(
+        "clusterhealth_rdma_port_pma_saturated_counters",
+        "Fixed-width PMA counters of the port that sit at their maximum and have stopped counting.",
+        labels=PORT,
     )
     pinned = GaugeMetricFamily(
         "clusterhealth_rdma_port_pma_saturated",
@@ -270,14 +338,17 @@ def _families(devices: list[RdmaDevice]) -> list[Metric]:
             if port.counters is not None:
                 _add_traffic(traffic, labels, port.counters)
                 for file, value in sorted(port.counters.by_file().items()):
-                    if file not in TRAFFIC_COUNTER_FILES:
+                    if file not in TRAFFIC_COUNTER_FILES and file in error_counters:
                         errors.add_sample(errors_total, {**port_labels, "counter": file}, value)
             if port.legacy_counters is not None:
                 _add_traffic(legacy, labels, port.legacy_counters)
+            if port.pinned_at_max:
+                saturated.add_sample(saturated.name, port_labels, sum(port.pinned_at_max.values()))
             for file, is_pinned in sorted(port.pinned_at_max.items()):
                 pinned.add_sample(pinned.name, {**port_labels, "counter": file}, 1 if is_pinned else 0)
             for file, value in sorted(port.hw_counters.items()):
-                hw.add_sample(hw_total, {**port_labels, "counter": file}, value)
+                if file in hw_counters:
+                    hw.add_sample(hw_total, {**port_labels, "counter": file}, value)
 
     families: list[Metric] = [
         device_info,
@@ -287,6 +358,7 @@ def _families(devices: list[RdmaDevice]) -> list[Metric]:
         rate,
         *traffic.values(),
         errors,
+        saturated,
         pinned,
         *legacy.values(),
         hw,

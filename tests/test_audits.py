@@ -462,6 +462,7 @@ def test_a_lost_gpu_is_critical_with_its_reason() -> None:
         ("gpu_lost", "3", CRITICAL),
         ("gpu_ecc_uncorrectable", "3", UNKNOWN),
         ("gpu_row_remap", "3", UNKNOWN),
+        ("gpu_recovery_action", "3", UNKNOWN),
     ]
     assert worst(results) == CRITICAL
 
@@ -601,6 +602,7 @@ def test_sources_that_could_not_be_read_are_unknown_never_ok() -> None:
         ("gpu_ecc_uncorrectable", "node", UNKNOWN),
         ("gpu_row_remap", "node", UNKNOWN),
         ("gpu_xid", "node", UNKNOWN),
+        ("gpu_recovery_action", "node", UNKNOWN),
     ]
     assert [r.check for r in results] == list(CHECK_NAMES)
     assert of(results, "mtu")["ibp.*"].message == (
@@ -682,11 +684,13 @@ def test_the_cluster_node_fixture_under_a_full_policy() -> None:
         ("gpu_ecc_uncorrectable", "6", UNKNOWN),
         ("gpu_row_remap", "6", UNKNOWN),
         ("gpu_xid", "6", CRITICAL),
+        ("gpu_recovery_action", "6", UNKNOWN),
     ]
     assert worst(results) == CRITICAL
     # 10 MTUs, 10 ports twice, 2 HCA counts, 1 GPU count, 10 HCA firmware (irdma0 has no board_id),
-    # 1 driver, 11 HCA PCIe links, and 8 GPUs in 6 per-GPU checks.
-    assert len(results) == 10 + 2 * 10 + 2 + 1 + 10 + 1 + 11 + 6 * 8
+    # 1 driver, 11 HCA PCIe links, 8 GPUs in 6 per-GPU checks, and the lost GPU's recovery action
+    # (unknown; the others' drivers do not say).
+    assert len(results) == 10 + 2 * 10 + 2 + 1 + 10 + 1 + 11 + 6 * 8 + 1
 
 
 # --- worst and the firmware inventory ------------------------------------------------------------
@@ -722,3 +726,31 @@ def test_the_firmware_inventory_needs_no_policy() -> None:
         ("gpu_driver", "driver", "550.90.07"),
     ]
     assert firmware_inventory(None, None, None) == []
+
+
+# --- gpu_recovery_action -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "advice"),
+    [
+        ("gpu_reset", "nvidia-smi -r"),
+        ("node_reboot", "reboot it"),
+        ("drain_p2p", "peer-to-peer"),
+        ("drain_and_reset", "then reset the GPU"),
+        ("bus_reset", "PCIe bus"),
+    ],
+)
+def test_a_recovery_action_from_nvml_is_critical_and_says_what_to_do(action: str, advice: str) -> None:
+    gpus = [h100(i, recovery_action="none") for i in range(8)]
+    gpus[4] = h100(4, recovery_action=action)
+    gpus[6] = lost(6)
+    gpus[7] = h100(7)  # a driver without the field: nothing to judge
+    results = audit(gpus=gpus)
+    assert statuses(results, "gpu_recovery_action") == {
+        **{str(i): OK for i in (0, 1, 2, 3, 5)},
+        "4": CRITICAL,
+        "6": UNKNOWN,
+    }
+    message = of(results, "gpu_recovery_action")["4"].message
+    assert f"recovery action is {action}" in message and advice in message

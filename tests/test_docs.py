@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import yaml
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.collectors import collectors_markdown
@@ -29,7 +32,7 @@ def test_readme_check_table_is_the_check_table() -> None:
     assert checks_markdown() in README, "paste clusterhealth.checks.audits.checks_markdown() into the README"
 
 
-def test_readme_lists_every_metric_the_agent_exports() -> None:
+def test_readme_lists_every_metric_the_agent_exports(tmp_path: Path) -> None:
     documented = set(re.findall(r"^\| `(clusterhealth_[a-z0-9_]+)` \|", README, flags=re.M))
     # The golden file is the whole simulated node; it leaves out what changes from run to run.
     golden = (GOLDEN / "h100-faulty.prom").read_text()
@@ -46,6 +49,13 @@ def test_readme_lists_every_metric_the_agent_exports() -> None:
         str(FIXTURES / "sysfs" / "node-exporter-fixture" / "sys"),
         "--kmsg-path",
         "/dev/null",
+    )
+    exported |= {name for name, _ in samples(result.stdout)}
+    # The memory repair status is Blackwell's; the simulated node is an H100.
+    blackwell = tmp_path / "repair.yaml"
+    blackwell.write_text(yaml.safe_dump({"gpu_count": 1, "gpu": {"memory_repair_supported": True}}))
+    result = run_cli(
+        "scrape", "--simulate", str(blackwell), "--sysfs-root", str(tmp_path), "--kmsg-path", "/dev/null"
     )
     exported |= {name for name, _ in samples(result.stdout)}
     # The legacy counters_ext/ family is one row of the table, its siblings named in it.

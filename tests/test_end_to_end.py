@@ -34,12 +34,13 @@ EXPECTED = [
     ("gpu", "GPUFellOffBus", {"gpu": "6"}, "critical"),
     ("gpu", "GPUUncorrectableECC", {"gpu": "5", "error": "uncorrected"}, "critical"),
     ("gpu", "GPURowRemapFailed", {"gpu": "7"}, "critical"),
+    ("gpu", "GPURecoveryActionRequired", {"gpu": "4", "action": "gpu_reset"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "2", "xid": "74"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "7", "xid": "64"}, "critical"),
     ("gpu", "GPUXidCritical", {"gpu": "6", "xid": "79"}, "critical"),
     ("gpu", "GPUThermalOrPowerSlowdown", {"gpu": "3", "reason": "hw_thermal_slowdown"}, "warning"),
     ("gpu", "GPUPCIeLinkDegraded", {"gpu": "1"}, "warning"),
-    ("gpu", "NVLinkDown", {"gpu": "2", "link": "5"}, "critical"),
+    ("gpu", "NVLinkDown", {"gpu": "2"}, "critical"),
     ("gpu", "NodeStraggler", {"gpu": "3"}, "warning"),
     # The scenario's Slurm job, named by its process's cgroup: GPU 3's clock and GPU 0's SM
     # activity hold it back, and the node's critical faults hit it.
@@ -47,7 +48,7 @@ EXPECTED = [
     ("gpu", "JobStraggler", {"gpu": "0", "signal": "sm_active", "exported_job": "817304"}, "warning"),
     ("gpu", "JobHitByNodeFault", {"scheduler": "slurm", "exported_job": "817304"}, "critical"),
     ("fabric", "RDMAPortDown", {"device": "mlx5_3", "port": "1"}, "critical"),
-    ("fabric", "RDMAPortErrorsUnknown", {"device": "mlx5_5", "counter": "symbol_error"}, "warning"),
+    ("fabric", "RDMAPortErrorsUnknown", {"device": "mlx5_5", "port": "1"}, "warning"),
     ("fabric", "RDMAPCIeLinkDegraded", {"device": "mlx5_4"}, "warning"),
     ("fabric", "MTUMismatch", {"interface": "enp170s0f1np1", "mtu": "1500"}, "warning"),
     ("fabric", "NodeCheckFailing", {"check": "hca_firmware", "subject": "mlx5_7"}, "warning"),
@@ -83,6 +84,7 @@ INCIDENTS = [
     ("gpu", {"gpu": "2"}, "pager", {"GPUXidCritical", "NVLinkDown", "JobHitByNodeFault"}),
     ("gpu", {"gpu": "6"}, "pager", {"GPUFellOffBus", "GPUXidCritical"}),
     ("gpu", {"gpu": "7"}, "pager", {"GPURowRemapFailed", "GPUXidCritical", "JobHitByNodeFault"}),
+    ("gpu", {"gpu": "4"}, "pager", {"GPURecoveryActionRequired", "JobHitByNodeFault"}),
     ("fabric", {"subject": "mlx5_7"}, "ticket", {"NodeCheckFailing"}),
 ]
 

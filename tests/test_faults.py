@@ -79,10 +79,32 @@ CALL_FAMILIES = {
     "nvmlDeviceGetCurrPcieLinkWidth": "clusterhealth_gpu_pcie_link_width",
     "nvmlDeviceGetMaxPcieLinkWidth": "clusterhealth_gpu_pcie_link_width_max",
     "nvmlDeviceGetPcieReplayCounter": "clusterhealth_gpu_pcie_replay_errors_total",
-    "nvmlDeviceGetNvLinkState": "clusterhealth_gpu_nvlink_up",
+    "nvmlDeviceGetNvLinkState": "clusterhealth_gpu_nvlink_links_down",
     "nvmlDeviceGetNvLinkErrorCounter": "clusterhealth_gpu_nvlink_errors_total",
     "nvmlGpmQueryDeviceSupport": "clusterhealth_gpu_sm_active_ratio",
     "nvmlGpmSampleGet": "clusterhealth_gpu_sm_active_ratio",
+    "nvmlGpmMetricsGet": "clusterhealth_gpu_tensor_active_ratio",
+    # One item of a call that answers many: its own return code, under the same policy.
+    "nvmlGpmMetricsGet(NVML_GPM_METRIC_ANY_TENSOR_UTIL)": "clusterhealth_gpu_tensor_active_ratio",
+    "nvmlGpmMetricsGet(NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)": (
+        "clusterhealth_gpu_nvlink_received_bytes_per_second"
+    ),
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)": (
+        "clusterhealth_gpu_nvlink_rate_bytes_per_second"
+    ),
+    # One reason of clocks_event_seconds_total: the other reasons are still exported.
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN)": None,
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)": "clusterhealth_gpu_recovery_action",
+    "nvmlDeviceGetSramEccErrorStatus": "clusterhealth_gpu_sram_ecc_threshold_exceeded",
+    "nvmlDeviceGetRepairStatus": "clusterhealth_gpu_repair_pending",
+    "nvmlDeviceGetUnrepairableMemoryFlag_v1": "clusterhealth_gpu_memory_unrepairable",
+    "nvmlDeviceGetGpuFabricInfoV": "clusterhealth_gpu_fabric_degraded",
+    "nvmlDeviceGetPlatformInfo": None,  # labels of gpu_info
+}
+# A GPU that answers every call above, so that each call's series is there to be lost.
+EVERY_CALL = {
+    "memory_repair_supported": True,
+    "platform_info": {"chassis_serial": "1821023000123", "slot": 7, "tray": 3, "host_id": 1, "module_id": 2},
 }
 
 
@@ -129,9 +151,10 @@ def test_nvml_error_on_a_call_family(
 ) -> None:
     series = CALL_FAMILIES[call]
     gpm = call.startswith("nvmlGpm")
-    healthy, _ = scrape_in_process(scenario(), gpm=gpm)
+    healthy, _ = scrape_in_process(scenario(gpu=EVERY_CALL), gpm=gpm)
     for error in (*ABSENT, *GPU_GONE, *LIBRARY_UNUSABLE, *OTHER):
-        text, statuses = scrape_in_process(scenario(faults=[{"gpu": 0, "errors": {call: error}}]), gpm=gpm)
+        faulty = scenario(gpu=EVERY_CALL, faults=[{"gpu": 0, "errors": {call: error}}])
+        text, statuses = scrape_in_process(faulty, gpm=gpm)
         where = f"{call} answering {error}"
         # Whatever the error, the other collectors go on: the Xid counter and the audits ran.
         assert statuses["xid"].success and statuses["audit"].success, where

@@ -64,8 +64,20 @@ SPEC_GPU = {
     "clusterhealth_gpu_pcie_link_width": (),
     "clusterhealth_gpu_pcie_link_width_max": (),
     "clusterhealth_gpu_pcie_replay_errors_total": (),
+    "clusterhealth_gpu_tensor_active_ratio": (),
+    "clusterhealth_gpu_dram_active_ratio": (),
+    "clusterhealth_gpu_fp16_active_ratio": (),
+    "clusterhealth_gpu_fp32_active_ratio": (),
+    "clusterhealth_gpu_fp64_active_ratio": (),
+    "clusterhealth_gpu_pcie_received_bytes_per_second": (),
+    "clusterhealth_gpu_pcie_transmitted_bytes_per_second": (),
+    "clusterhealth_gpu_nvlink_received_bytes_per_second": (),
+    "clusterhealth_gpu_nvlink_transmitted_bytes_per_second": (),
+    "clusterhealth_gpu_clocks_event_seconds_total": ("reason",),
+    "clusterhealth_gpu_recovery_action": ("action",),
     "clusterhealth_gpu_nvlink_up": ("link",),
-    "clusterhealth_gpu_nvlink_errors_total": ("link", "error"),
+    "clusterhealth_gpu_nvlink_errors_total": ("error",),
+    "clusterhealth_gpu_nvlink_link_errors_total": ("link", "error"),
 }
 SPEC_OTHER = {
     "clusterhealth_gpu_driver_info": ("driver_version", "cuda_driver_version"),
@@ -120,6 +132,8 @@ def golden_node(root: Path) -> list[str]:
                     {"name": "nccl-allreduce", "argv": ["cat", str(info), str(capture)], "expect": "480 GB/s"}
                 ],
                 "pairwise_groups": [PAIRWISE],
+                # Every family and counter the agent can export, the opt-in ones too.
+                "collectors": FULL_DETAIL,
             }
         )
     )
@@ -134,6 +148,17 @@ def golden_node(root: Path) -> list[str]:
     node = ["--config", str(config), "--simulate", str(scenario), "--node-name", "gpu-001"]
     jobs = ["--procfs-root", str(root / "proc"), "--job-mapping-dir", str(root / "jobs")]
     return [*node, "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg), *jobs]
+
+
+# Every collector's opt-in families, and every counter of the curated ones.
+FULL_DETAIL = {
+    "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"]},
+    "rdma": {"include_metrics": ["*"], "hw_counters": ["*"], "error_counters": ["*"]},
+    **{name: {"include_metrics": ["*"]} for name in ("kernel_log", "pcie_aer", "xid", "audit", "probes")},
+}
+# What a fleet can afford per node at the default settings (issue 21; benchmarks/series.py prints
+# the figures, docs/performance.md records them).
+SERIES_BUDGET = 900
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +193,14 @@ def _record_a_meeting(state_dir: Path) -> None:
         state.last = state.last_any = state.current = result
 
     GroupStore(state_path(state_dir, "fabric")).update(change)
+
+
+# The series the golden file leaves out (they change from run to run).
+TIMING = {
+    "clusterhealth_check_last_run_timestamp_seconds",
+    "clusterhealth_probe_last_run_timestamp_seconds",
+    "clusterhealth_probe_duration_seconds",
+}
 
 
 def comparable(exposition: str) -> list[str]:
@@ -277,11 +310,18 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_gpu_pcie_link_width",
         "clusterhealth_gpu_pcie_link_width_max",
         "clusterhealth_gpu_nvlink_up",
+        "clusterhealth_gpu_nvlink_links_down",
+        "clusterhealth_gpu_recovery_action",
+        "clusterhealth_gpu_sram_ecc_threshold_exceeded",
+        "clusterhealth_gpu_repair_pending",
+        "clusterhealth_gpu_memory_unrepairable",
+        "clusterhealth_gpu_fabric_degraded",
         "clusterhealth_scrape_collector_success",
         "clusterhealth_check_status",
         "clusterhealth_rdma_port_state_id",
         "clusterhealth_rdma_port_physical_state_id",
         "clusterhealth_rdma_port_pma_saturated",
+        "clusterhealth_rdma_port_pma_saturated_counters",
         "clusterhealth_rdma_device_pcie_link_generation",
         "clusterhealth_rdma_device_pcie_link_generation_max",
         "clusterhealth_rdma_device_pcie_link_width",
@@ -300,3 +340,20 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
     for name, labels in samples(faulty_exposition):
         assert "hostname" not in dict(labels) and "host" not in dict(labels)
         assert name.endswith(units) or name in unitless, name
+
+
+def test_the_node_at_the_default_settings_stays_within_the_series_budget(tmp_path: Path) -> None:
+    node = golden_node(tmp_path)
+    # The same node, read without a config file: the default settings.
+    flags = node[node.index("--simulate") :]
+    flags.remove("--node-name")
+    flags.remove("gpu-001")
+    result = run_cli("scrape", *flags)
+    assert result.returncode == 0, result.stderr
+    default = {name for name, _ in samples(result.stdout)}
+    series = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert len(series) <= SERIES_BUDGET, f"{len(series)} series at the default settings"
+    # The detail is opt-in: every default family is in the golden file, not the other way round.
+    golden = {name for name, _ in samples(GOLDEN_FILE.read_text())}
+    assert default <= golden | {"clusterhealth_scrape_collector_duration_seconds"} | TIMING
+    assert {"clusterhealth_gpu_nvlink_link_errors_total", "clusterhealth_gpu_nvlink_up"} <= golden - default

@@ -169,6 +169,16 @@ CASES = [
         [("4m", []), ("10m", [F(gpu("5"), "warning", 1)]), ("14m", [])],
     ),
     Case(
+        "GPURecoveryActionRequired",
+        "GPU 4's NVML recovery action is gpu_reset from 6m on until the reset at 12m; GPU 0 needs none",
+        {
+            S("clusterhealth_gpu_recovery_action", gpu("4", action="none")): "1x4 stale _x5 1x5",
+            S("clusterhealth_gpu_recovery_action", gpu("4", action="gpu_reset")): "_x5 1x6 stale",
+            S("clusterhealth_gpu_recovery_action", gpu("0", action="none")): "1x16",
+        },
+        [("4m", []), ("10m", [F(gpu("4", action="gpu_reset"), "critical", 1)]), ("14m", [])],
+    ),
+    Case(
         "GPUXidCritical",
         "new and increasing critical Xids page and memory-health Xids open a ticket, each after a "
         "minute like the GPU's other hardware alerts; an old constant one and an application's do not",
@@ -200,13 +210,33 @@ CASES = [
     ),
     Case(
         "GPUThermalOrPowerSlowdown",
-        "HW thermal slowdown for 20m fires; the power cap and idle reasons are normal",
+        "GPU 3's time counter says HW thermal slowdown held it from 6m on, and GPU 5 (a driver "
+        "without counters) had its HW slowdown flag set for a whole window: both fire. The power "
+        "cap, 5% of the time in power brake, an idle flag, and a flag on a GPU whose driver has "
+        "counters stay quiet",
         {
-            S("clusterhealth_gpu_clocks_event_active", gpu("3", reason="hw_thermal_slowdown")): "0x5 1x20",
-            S("clusterhealth_gpu_clocks_event_active", gpu("0", reason="sw_power_cap")): "1x25",
-            S("clusterhealth_gpu_clocks_event_active", gpu("1", reason="gpu_idle")): "1x25",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("3", reason="hw_thermal_slowdown")): (
+                "0x5 0+60x20"
+            ),
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("0", reason="sw_power_cap")): "0+60x26",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("4", reason="hw_power_brake_slowdown")): (
+                "0+3x26"
+            ),
+            S("clusterhealth_gpu_clocks_event_active", gpu("4", reason="hw_power_brake_slowdown")): "1x26",
+            S("clusterhealth_gpu_clocks_event_active", gpu("5", reason="hw_slowdown")): "0x5 1x21",
+            S("clusterhealth_gpu_clocks_event_active", gpu("1", reason="gpu_idle")): "1x26",
         },
-        [("10m", []), ("20m", [F(gpu("3", reason="hw_thermal_slowdown"), "warning", 1)])],
+        [
+            ("5m", []),
+            ("7m", []),
+            (
+                "20m",
+                [
+                    F(gpu("3", reason="hw_thermal_slowdown"), "warning"),
+                    F(gpu("5", reason="hw_slowdown"), "warning"),
+                ],
+            ),
+        ],
     ),
     Case(
         "GPUPCIeLinkDegraded",
@@ -239,12 +269,12 @@ CASES = [
     ),
     Case(
         "NVLinkDown",
-        "link 5 of GPU 2 goes down at 6m; link 4 stays up",
+        "one link of GPU 2 goes down at 6m; GPU 1's links stay up",
         {
-            S("clusterhealth_gpu_nvlink_up", gpu("2", link="5")): "1x5 0x20",
-            S("clusterhealth_gpu_nvlink_up", gpu("2", link="4")): "1x25",
+            S("clusterhealth_gpu_nvlink_links_down", gpu("2")): "0x5 1x20",
+            S("clusterhealth_gpu_nvlink_links_down", gpu("1")): "0x25",
         },
-        [("3m", []), ("10m", [F(gpu("2", link="5"), "critical", 0)])],
+        [("3m", []), ("10m", [F(gpu("2"), "critical", 1)])],
     ),
     Case(
         "RDMAPortDown",
@@ -345,12 +375,12 @@ CASES = [
     ),
     Case(
         "RDMAPortErrorsUnknown",
-        "a saturated symbol_error counter is unknown, not 'no errors'",
+        "a port whose symbol_error and link_downed counters saturate is unknown, not 'no errors'",
         {
-            S("clusterhealth_rdma_port_pma_saturated", port("mlx5_5", counter="symbol_error")): "0x5 1x10",
-            S("clusterhealth_rdma_port_pma_saturated", port("mlx5_0", counter="symbol_error")): "0x15",
+            S("clusterhealth_rdma_port_pma_saturated_counters", port("mlx5_5")): "0x5 1x3 2x7",
+            S("clusterhealth_rdma_port_pma_saturated_counters", port("mlx5_0")): "0x15",
         },
-        [("3m", []), ("8m", [F(port("mlx5_5", counter="symbol_error"), "warning", 1)])],
+        [("3m", []), ("7m", [F(port("mlx5_5"), "warning", 1)]), ("12m", [F(port("mlx5_5"), "warning", 2)])],
     ),
     Case(
         "RDMAPCIeLinkDegraded",

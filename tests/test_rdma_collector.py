@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterhealth.exporters.base import Collector, NoData
-from clusterhealth.exporters.rdma import RdmaCollector
+from clusterhealth.exporters.rdma import ERROR_COUNTERS_DEFAULT, HW_COUNTERS_DEFAULT, RdmaCollector
 
 from .conftest import CLUSTERHEALTH
 
@@ -42,6 +44,7 @@ SPEC_METRICS = {
 # This collector's own additions.
 OWN_METRICS = {
     "clusterhealth_rdma_port_pma_saturated": {"device", "port", "counter"},
+    "clusterhealth_rdma_port_pma_saturated_counters": {"device", "port"},
     "clusterhealth_rdma_device_pcie_link_generation": {"device"},
     "clusterhealth_rdma_device_pcie_link_generation_max": {"device"},
     "clusterhealth_rdma_device_pcie_link_width": {"device"},
@@ -448,3 +451,96 @@ def test_no_class_infiniband_is_a_successful_run_without_series(tmp_path: Path) 
     )
     assert 'clusterhealth_scrape_collector_success{collector="rdma"} 1.0' in result.stdout
     assert "clusterhealth_rdma_" not in result.stdout
+
+
+def test_the_default_counters_are_the_curated_ones_and_all_is_every_file() -> None:
+    curated = scrape(
+        RdmaCollector(CLUSTER, error_counters=ERROR_COUNTERS_DEFAULT, hw_counters=HW_COUNTERS_DEFAULT)
+    )
+    every = scrape(RdmaCollector(CLUSTER, error_counters=["*"], hw_counters=["*"]))
+    errors = "clusterhealth_rdma_port_errors_total"
+    hw = "clusterhealth_rdma_port_hw_events_total"
+    assert label_values(curated, errors, "counter") == set(ERROR_COUNTERS_DEFAULT)
+    assert {"VL15_dropped", "port_rcv_constraint_errors"} <= label_values(every, errors, "counter")
+    # An IB port has no RoCE congestion counters: what the curated list names and the port has.
+    assert label_values(curated, hw, "counter") == set(HW_COUNTERS_DEFAULT)
+    ib = {
+        dict(labels)["counter"] for name, labels in curated if name == hw and ("device", "mlx5_0") in labels
+    }
+    assert ib == {"out_of_buffer", "out_of_sequence", "local_ack_timeout_err"}
+    assert len(label_values(every, hw, "counter")) > 50  # mlx5's and irdma's every file
+    assert {k: v for k, v in every.items() if k[0] not in (errors, hw)} == {
+        k: v for k, v in curated.items() if k[0] not in (errors, hw)
+    }
+
+
+def test_saturated_counters_are_one_series_per_port() -> None:
+    samples = scrape(RdmaCollector(NODE_EXPORTER)) | scrape(RdmaCollector(CLUSTER))
+    saturated = "clusterhealth_rdma_port_pma_saturated_counters"
+    # mlx5_5's symbol_error sits at 65535; mlx4_0 port 1's port_xmit_wait at 2^32 - 1.
+    assert samples[key(saturated, device="mlx5_5", port="1")] == 1
+    assert samples[key(saturated, device="mlx4_0", port="1")] == 1
+    assert samples[key(saturated, device="mlx5_0", port="1")] == 0
+    assert samples[key(saturated, device="mlx4_0", port="2")] == 0
+    # A port without counters/ (irdma) has no PMA counters to saturate.
+    assert key(saturated, device="irdma0", port="1") not in samples
+
+
+def test_every_counter_the_rules_and_dashboards_read_is_exported_by_default() -> None:
+    root = Path(__file__).resolve().parent.parent
+    texts = [(root / "deploy" / "prometheus" / "clusterhealth-rules.yaml").read_text()]
+    texts += [path.read_text() for path in (root / "dashboards").glob("*.json")]
+    read = {
+        name
+        for text in texts
+        for match in re.findall(r'counter=~?\\?"([^"\\]+)\\?"', text)
+        for name in match.split("|")
+    }
+    assert {"symbol_error", "link_downed", "np_cnp_sent", "out_of_buffer"} <= read
+    assert read <= set(ERROR_COUNTERS_DEFAULT) | set(HW_COUNTERS_DEFAULT)
+
+
+@pytest.mark.parametrize(
+    ("collectors", "has", "lacks"),
+    [
+        (
+            {},
+            {
+                "clusterhealth_rdma_port_pma_saturated_counters",
+                "clusterhealth_rdma_port_data_received_bytes_total",
+            },
+            {"clusterhealth_rdma_port_pma_saturated", "clusterhealth_rdma_port_packets_received_total"},
+        ),
+        (
+            {"rdma": {"include_metrics": ["*"]}},
+            {
+                "clusterhealth_rdma_port_pma_saturated",
+                "clusterhealth_rdma_port_unicast_packets_received_total",
+            },
+            set(),
+        ),
+        (
+            {"rdma": {"include_metrics": ["*"], "exclude_metrics": ["clusterhealth_rdma_port_*_packets_*"]}},
+            {"clusterhealth_rdma_port_packets_received_total"},
+            {"clusterhealth_rdma_port_unicast_packets_received_total"},
+        ),
+    ],
+)
+def test_opt_in_families_are_exported_on_request(
+    tmp_path: Path, collectors: dict[str, object], has: set[str], lacks: set[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    off = {"enabled": False}
+    config.write_text(
+        yaml.safe_dump({"collectors": {"gpu": off, "kernel_log": off, "audit": off, **collectors}})
+    )
+    result = subprocess.run(
+        [CLUSTERHEALTH, "scrape", "--config", str(config), "--sysfs-root", str(CLUSTER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    names = {family.name for family in text_string_to_metric_families(result.stdout)}
+    names |= {name + "_total" for name in names}
+    assert has <= names and not lacks & names, (has - names, lacks & names)

@@ -129,6 +129,13 @@ CHECKS: tuple[Check, ...] = (
         "catalog's meaning and action; informational ones (43, 45) are OK",
         gpu_health.gpu_xid,
     ),
+    Check(
+        "gpu_recovery_action",
+        "GPU",
+        "NVML's recovery action for the GPU is not `none` (gpu_reset, node_reboot, drain_p2p, "
+        "drain_and_reset, ...); GPUs whose driver does not say have no result",
+        gpu_health.gpu_recovery_action,
+    ),
 )
 
 

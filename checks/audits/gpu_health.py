@@ -1,4 +1,5 @@
-"""Current GPU health: GPUs present and answering, uncorrectable ECC, row remaps, recent Xids."""
+"""Current GPU health: GPUs present and answering, uncorrectable ECC, row remaps, recent Xids, and
+the recovery action NVML states."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
 from clusterhealth.checks.audits.network import count_result
-from clusterhealth.checks.audits.observations import Observations, each_gpu, gpus_unreadable
+from clusterhealth.checks.audits.observations import Observations, each_gpu, gpus_unreadable, lost
 from clusterhealth.checks.audits.status import NODE, SEVERITY_STATUS, CheckResult, Status, natural
 from clusterhealth.checks.kernel_log import normalize_pci_bus_id
 from clusterhealth.checks.kernel_watch import SeenEvent
@@ -125,6 +126,48 @@ def gpu_row_remap(policy: Policy, obs: Observations) -> list[CheckResult]:
         return CheckResult("gpu_row_remap", subject, status, message)
 
     return each_gpu("gpu_row_remap", obs, judge)
+
+
+# What to do for each recovery action NVML states (nvmlDeviceGpuRecoveryAction_t).
+RECOVERY_ADVICE = {
+    "gpu_reset": "drain the GPU, end its processes and reset it (nvidia-smi -r)",
+    "node_reboot": "drain the node and reboot it: the fault may have left the OS inconsistent",
+    "drain_p2p": "stop the jobs that use the GPU's peer-to-peer (NVLink) traffic and let it drain",
+    "drain_and_reset": "stop its peer-to-peer traffic, then reset the GPU (nvidia-smi -r)",
+    "recover_imex_domain": "recover the node's IMEX domain (multi-node NVLink)",
+    "bus_reset": "reset the GPU's PCIe bus",
+    "system_reboot": "reboot the system",
+}
+
+
+def gpu_recovery_action(policy: Policy, obs: Observations) -> list[CheckResult]:
+    """The recovery action NVML states for each GPU: CRITICAL unless it is `none`. A driver without
+    the field has nothing to say, so such a GPU has no result."""
+    if obs.gpus is None:
+        return gpus_unreadable("gpu_recovery_action", obs)
+    results = []
+    for gpu in obs.gpus:
+        subject = str(gpu.index)
+        if not gpu.up:
+            results.append(lost("gpu_recovery_action", gpu))
+        elif gpu.recovery_action == "none":
+            results.append(
+                CheckResult(
+                    "gpu_recovery_action", subject, Status.OK, f"GPU {subject}: NVML asks for no recovery"
+                )
+            )
+        elif gpu.recovery_action is not None:
+            advice = RECOVERY_ADVICE.get(gpu.recovery_action, "see NVIDIA's documentation of the action")
+            results.append(
+                CheckResult(
+                    "gpu_recovery_action",
+                    subject,
+                    Status.CRITICAL,
+                    f"GPU {subject}: NVML's recovery action is {gpu.recovery_action}: {advice}. It "
+                    "stays until done, whenever the fault (an Xid) happened",
+                )
+            )
+    return results
 
 
 _XID_STATUS = {"critical": Status.CRITICAL, "warning": Status.WARNING, "info": Status.OK}

@@ -77,8 +77,24 @@ class Config:
         default=TICKET_XIDS, metadata={"doc": "Xid codes that open a ticket (checks/xid_catalog.py)"}
     )
     slowdown_reasons: tuple[str, ...] = field(
-        default=("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"),
-        metadata={"doc": "clock-event reasons that mean a fault (sw_power_cap under full load is normal)"},
+        default=(
+            "hw_slowdown",
+            "hw_thermal_slowdown",
+            "sw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "thermal",
+        ),
+        metadata={
+            "doc": "clock-event reasons (flags and time counters) that mean a fault (sw_power_cap under "
+            "full load is normal; thermal is older drivers' counter of both thermal slowdowns)"
+        },
+    )
+    slowdown_window: str = field(
+        default="10m", metadata={"doc": "window of the share of time a reason held a GPU's clocks down"}
+    )
+    slowdown_share: float = field(
+        default=0.1,
+        metadata={"doc": "share of slowdown_window a fault reason may hold the clocks down before it alerts"},
     )
     busy_utilization: float = field(
         default=0.5, metadata={"doc": "a GPU above this utilization ratio counts as busy"}
@@ -171,6 +187,7 @@ TEST_PROFILE = {
     "flap_window": "1m",
     "error_window": "1m",
     "rate_window": "20s",
+    "slowdown_window": "20s",
 }
 
 
@@ -296,6 +313,7 @@ def groups(c: Config) -> list[Group]:
     receive = m(f'counter=~"{_alternation(c.receive_error_counters)}"')
     uncovered = m(f'check=~"{_alternation(c.uncovered_checks)}"')
     local = m('peer=""')
+    needs_recovery = m('action!="none"')
     fraction = c.probe_degraded_fraction
     below = round(1 - c.straggler_margin, 6)
 
@@ -329,6 +347,18 @@ clusterhealth_gpu_utilization_ratio{m()} > {c.busy_utilization}""",
             Record(
                 "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes",
                 f"count by (job, probe) (clusterhealth_probe_bandwidth_bytes_per_second{local})",
+            ),
+            # Exact throttle time: the share of slowdown_window each clock-event reason held the
+            # clocks down (NVML's time counters, not a sampled flag), and the share of any fault
+            # reason (overlapping reasons count once at most: the share is capped at 1).
+            Record(
+                "instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate",
+                f"rate(clusterhealth_gpu_clocks_event_seconds_total{m()}[{c.slowdown_window}])",
+            ),
+            Record(
+                "instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:slowdown_rate",
+                "clamp_max(sum without (reason) "
+                f"(instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}), 1)",
             ),
             # Firmware drift: each version with the board (HCA board_id) or model (GPU name) it
             # runs on, then how many devices of the fleet run each version.
@@ -441,6 +471,18 @@ clusterhealth_probe_transport_info{m('intra=~"SHM|mixed"')}
                 about="gpu",
             ),
             Alert(
+                "GPURecoveryActionRequired",
+                "critical",
+                f"clusterhealth_gpu_recovery_action{needs_recovery} == 1",
+                f"{GPU} needs recovery: NVML asks for {{{{ $labels.action }}}}.",
+                "NVML states that the GPU cannot be used as it is until {{ $labels.action }} is done "
+                "(gpu_reset, node_reboot, drain_p2p, drain_and_reset, ...), whenever the fault that "
+                "caused it happened, even while the agent was down. Drain the GPU and do what NVML "
+                "asks; `clusterhealth check --only gpu_recovery_action` on the node says how.",
+                c.for_immediate,
+                about="gpu",
+            ),
+            Alert(
                 "GPUXidCritical",
                 "critical",
                 _xid_events(c, xids),
@@ -468,12 +510,22 @@ clusterhealth_probe_transport_info{m('intra=~"SHM|mixed"')}
             Alert(
                 "GPUThermalOrPowerSlowdown",
                 "warning",
-                f"clusterhealth_gpu_clocks_event_active{slowdown} == 1",
-                f"{GPU} is clocked down by {{{{ $labels.reason }}}}.",
-                "The GPU holds its clocks down because of heat or a power fault ({{ $labels.reason "
+                # NVML's time counters where the driver has them; else the sampled flag, held the
+                # whole window.
+                f"""instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}
+  > {c.slowdown_share:g}
+or
+(
+  min_over_time(clusterhealth_gpu_clocks_event_active{slowdown}[{c.slowdown_window}]) == 1
+  unless on (instance, job, gpu, uuid)
+  clusterhealth_gpu_clocks_event_seconds_total{m()}
+)""",
+                f"{GPU} was clocked down by {{{{ $labels.reason }}}} for more than {c.slowdown_share:.0%} "
+                f"of the last {c.slowdown_window}.",
+                "The GPU held its clocks down because of heat or a power fault ({{ $labels.reason "
                 "}}), so it slows every synchronous job step. Check its temperatures, fans or "
                 "airflow and the power supplies; drain it if it persists.",
-                c.for_sustained,
+                c.for_immediate,
                 about="gpu",
             ),
             Alert(
@@ -509,8 +561,8 @@ or
             Alert(
                 "NVLinkDown",
                 "critical",
-                f"clusterhealth_gpu_nvlink_up{m()} == 0",
-                f"NVLink {{{{ $labels.link }}}} of {GPU} is down.",
+                f"clusterhealth_gpu_nvlink_links_down{m()} > 0",
+                f"{{{{ $value }}}} NVLink(s) of {GPU} are down.",
                 "An NVLink is down (often after Xid 74 CRC and replay errors): collectives on the "
                 "node fall back to slower paths or fail. Drain the node and reset the GPUs (or "
                 "reboot); replace the GPU or baseboard if the link stays down.",
@@ -580,12 +632,12 @@ increase(clusterhealth_rdma_port_errors_total{receive}[{c.error_window}])
             Alert(
                 "RDMAPortErrorsUnknown",
                 "warning",
-                f"clusterhealth_rdma_port_pma_saturated{m()} == 1",
-                f"{PORT}: counter {{{{ $labels.counter }}}} is saturated, its error rate is unknown.",
-                "The fixed-width PMA counter sits at its maximum and no longer counts, so "
-                "RDMAPortErrors and RDMALinkFlapping cannot see new errors on this port (and the "
-                "link has had many). Check the link, then clear the port's counters (perfquery -R) "
-                "so they count again.",
+                f"clusterhealth_rdma_port_pma_saturated_counters{m()} > 0",
+                f"{PORT}: {{{{ $value }}}} error counter(s) saturated, its error rates are unknown.",
+                "Fixed-width PMA counters sit at their maximum (65535 for the 16-bit ones such as "
+                "symbol_error, 255 for link_downed) and no longer count, so RDMAPortErrors and "
+                "RDMALinkFlapping cannot see new errors on this port (and the link has had many). "
+                "Check the link, then clear the port's counters (perfquery -R) so they count again.",
                 about="rdma_port",
             ),
             Alert(

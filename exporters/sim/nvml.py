@@ -14,6 +14,7 @@ see exporters/sim/scenarios/ and the README's "Simulated node" section.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -21,12 +22,34 @@ from typing import Any
 
 import pynvml
 
-from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS, NVLINK_COUNTERS, Scenario
+from clusterhealth.exporters.sim.scenario import (
+    CLOCK_EVENT_BITS,
+    CLOCK_EVENT_COUNTERS,
+    ERROR_CODES,
+    FABRIC_CONDITIONS,
+    FABRIC_STATES,
+    NVLINK_COUNTERS,
+    RECOVERY_ACTIONS,
+    Scenario,
+)
 
 _HANDLE_BASE = 0x1000  # handles are opaque pointers: never 0, never dereferenced by pynvml
 # A MIG device's handle: its GPU's index and its slot, above every GPU handle.
 _MIG_HANDLE_BASE = 0x10000
 _MIG_SLOTS = 8  # nvmlDeviceGetMaxMigDeviceCount of an H100 (7 instances) rounded up
+
+# The field id of each throttle-time counter (nanoseconds, unsigned 64-bit).
+_CLOCK_EVENT_FIELDS = {
+    "sw_power_cap": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    "sync_boost": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    "hw_power_brake_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    "thermal": pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,
+    "board_limit": pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+    "low_utilization": pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+    "reliability": pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+}
 
 
 def _address(ptr: Any) -> int:
@@ -91,13 +114,37 @@ class SimulatedLibrary:
         return self._clock() - self._start
 
     def state(self, index: int) -> dict[str, Any]:
+        return self._state_at(index, self.now())
+
+    def _state_at(self, index: int, t: float) -> dict[str, Any]:
         state = dict(self.scenario.gpus[index])
-        t = self.now()
         for fault in self.scenario.faults:
             if index in fault.gpus and fault.active(t):
                 state.update(fault.set)
         state["energy_joules"] = state["energy_joules"] + state["power_watts"] * t
         return state
+
+    def clocks_event_seconds(self, index: int) -> dict[str, float]:
+        """Each throttle-time counter: its start value, plus the time since the node started during
+        which a flag it counts was set (integrated over the faults' intervals)."""
+        t = self.now()
+        edges = {0.0, t}
+        for fault in self.scenario.faults:
+            if index in fault.gpus:
+                edges.update(
+                    e for e in (fault.from_seconds, fault.until_seconds) if e is not None and 0 < e < t
+                )
+        ordered = sorted(edges)
+        held = {
+            c: float(self.scenario.gpus[index]["clocks_event_seconds"].get(c, 0))
+            for c in CLOCK_EVENT_COUNTERS
+        }
+        for start, end in itertools.pairwise(ordered):
+            active = set(self._state_at(index, (start + end) / 2)["clocks_event_reasons"])
+            for counter, flags in CLOCK_EVENT_COUNTERS.items():
+                if active.intersection(flags):
+                    held[counter] += end - start
+        return held
 
     def _lost(self, index: int) -> bool:
         t = self.now()
@@ -113,6 +160,19 @@ class SimulatedLibrary:
         for fault in self.scenario.faults:
             if index in fault.gpus and fault.active(t) and call in fault.errors:
                 return fault.errors[call]
+        return pynvml.NVML_SUCCESS
+
+    def _item_code(self, index: int, call: str, item: int) -> int:
+        """A fault on one item of a call that answers many (a GPM metric, a field value): a fault's
+        `errors` names it `call(NVML_CONSTANT_NAME)`, any of pynvml's names for that id."""
+        t = self.now()
+        for fault in self.scenario.faults:
+            if index not in fault.gpus or not fault.active(t):
+                continue
+            for key, code in fault.errors.items():
+                named = key.startswith(call + "(") and key.endswith(")")
+                if named and getattr(pynvml, key[len(call) + 1 : -1], None) == item:
+                    return code
         return pynvml.NVML_SUCCESS
 
     def _new_id(self) -> int:
@@ -291,19 +351,50 @@ class SimulatedLibrary:
     @_device_call
     def nvmlDeviceGetFieldValues(self, index: int, state: dict[str, Any], n: Any, ref: Any) -> int:
         values = ref._obj
+        answers = self._field_answers(index, state)
         for i in range(n.value):
             v = values[i]
             v.timestamp = int(time.time() * 1e6)
-            if (
-                v.fieldId == pynvml.NVML_FI_DEV_MEMORY_TEMP
-                and state["memory_temperature_celsius"] is not None
-            ):
-                v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-                v.value.uiVal = state["memory_temperature_celsius"]
-                v.nvmlReturn = pynvml.NVML_SUCCESS
-            else:
+            v.nvmlReturn = self._item_code(index, "nvmlDeviceGetFieldValues", v.fieldId)
+            if v.nvmlReturn:
+                continue
+            answer = answers.get(v.fieldId)
+            if answer is None:
                 v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            v.valueType, member, value = answer
+            setattr(v.value, member, value)
         return pynvml.NVML_SUCCESS
+
+    def _field_answers(self, index: int, state: dict[str, Any]) -> dict[int, tuple[int, str, Any]]:
+        """field id -> (NVML_VALUE_TYPE_*, the nvmlValue_t member, the value) of the fields this GPU has."""
+        answers: dict[int, tuple[int, str, Any]] = {}
+        if state["memory_temperature_celsius"] is not None:
+            answers[pynvml.NVML_FI_DEV_MEMORY_TEMP] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                state["memory_temperature_celsius"],
+            )
+        if state["nvlinks"]:
+            answers[pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                state["nvlink_speed_mbps"],
+            )
+        if state["recovery_action"] is not None:
+            answers[pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                "uiVal",
+                RECOVERY_ACTIONS[state["recovery_action"]],
+            )
+        held = self.clocks_event_seconds(index)
+        for counter in state["clocks_event_counters"]:
+            answers[_CLOCK_EVENT_FIELDS[counter]] = (
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                "ullVal",
+                round(held[counter] * 1e9),
+            )
+        return answers
 
     @_device_call
     def nvmlDeviceGetPowerUsage(self, index: int, state: dict[str, Any], ref: Any) -> int:
@@ -389,6 +480,89 @@ class SimulatedLibrary:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         errors = state["nvlink_errors"].get(link, {})
         _out(ref, errors.get(names[counter], 0))
+        return pynvml.NVML_SUCCESS
+
+    # -- what NVML says to do: SRAM ECC, memory repair, fabric health, platform ----------------
+
+    @_device_call
+    def nvmlDeviceGetSramEccErrorStatus(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["sram_ecc_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        status = ref._obj
+        if status.version != pynvml.nvmlEccSramErrorStatus_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        parity, secded = state["sram_ecc_uncorrected_parity"], state["sram_ecc_uncorrected_secded"]
+        status.aggregateUncParity = status.volatileUncParity = parity
+        status.aggregateUncSecDed = status.volatileUncSecDed = secded
+        status.aggregateCor = status.volatileCor = state["sram_ecc_corrected"]
+        status.aggregateUncBucketSm = parity + secded
+        status.bThresholdExceeded = int(state["sram_ecc_threshold_exceeded"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetRepairStatus(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["memory_repair_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        status = ref._obj
+        if status.version != pynvml.nvmlRepairStatus_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        status.bChannelRepairPending = int(state["channel_repair_pending"])
+        status.bTpcRepairPending = int(state["tpc_repair_pending"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["memory_repair_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        ref._obj.unrepairableMemory = int(state["memory_unrepairable"])
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetGpuFabricInfoV(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        if not state["fabric_supported"]:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        info = ref._obj
+        versions = {pynvml.nvmlGpuFabricInfo_v2: 2, pynvml.nvmlGpuFabricInfo_v3: 3}
+        if versions.get(info.version, 99) > state["fabric_info_version"]:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        info.state = FABRIC_STATES[state["fabric_state"]]
+        info.status = 0 if state["fabric_status"] == "Success" else ERROR_CODES[state["fabric_status"]]
+        info.cliqueId = 1
+        mask = 0
+        # Every condition is reported, false unless the scenario sets it (its FALSE is 2, except
+        # the configuration's NONE and the fabric manager's CONNECTED, which are 1).
+        for name, (shift, bad) in FABRIC_CONDITIONS.items():
+            fine = 1 if name in ("incorrect_configuration", "fabric_manager_disconnected") else 2
+            mask |= (bad if name in state["fabric_conditions"] else fine) << shift
+        info.healthMask = mask
+        if isinstance(info, pynvml.c_nvmlGpuFabricInfo_v3_t):
+            conditions = set(state["fabric_conditions"])
+            info.healthSummary = (
+                pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+                if not conditions
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
+                if conditions == {"degraded_bandwidth"}
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+            )
+        return pynvml.NVML_SUCCESS
+
+    @_device_call
+    def nvmlDeviceGetPlatformInfo(self, index: int, state: dict[str, Any], ref: Any) -> int:
+        platform = state["platform_info"]
+        if platform is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        info = ref._obj
+        versions = {pynvml.nvmlPlatformInfo_v1: 1, pynvml.nvmlPlatformInfo_v2: 2}
+        if versions.get(info.version, 99) > state["platform_info_version"]:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if isinstance(info, pynvml.c_nvmlPlatformInfo_v2_t):
+            info.chassisSerialNumber = str(platform["chassis_serial"]).encode()
+            info.slotNumber, info.trayIndex = bytes([platform["slot"]]), bytes([platform["tray"]])
+            info.hostId = bytes([platform["host_id"]])
+        else:
+            info.chassisPhysicalSlotNumber = bytes([platform["slot"]])
+            info.computeSlotIndex, info.nodeIndex = bytes([platform["tray"]]), bytes([platform["host_id"]])
+        info.moduleId = bytes([platform["module_id"]])
         return pynvml.NVML_SUCCESS
 
     # -- processes ----------------------------------------------------------------------------
@@ -489,17 +663,38 @@ class SimulatedLibrary:
         second = self._gpm_samples.get(_address(request.sample2))
         if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        state = self.state(second[0])
+        index = second[0]
+        rc = self._fault_code(index, "nvmlGpmMetricsGet")
+        if rc:
+            return rc
+        state = self.state(index)
+        mib = float(1 << 20)
         values = {
             pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: state["utilization"] * 100,
             pynvml.NVML_GPM_METRIC_SM_UTIL: state["sm_active"] * 100,
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: state["sm_occupancy"] * 100,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: state["tensor_active"] * 100,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: state["dram_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP16_UTIL: state["fp16_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP32_UTIL: state["fp32_active"] * 100,
+            pynvml.NVML_GPM_METRIC_FP64_UTIL: state["fp64_active"] * 100,
+            pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: state["pcie_received_bytes_per_second"] / mib,
+            pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: state["pcie_transmitted_bytes_per_second"] / mib,
         }
+        if state["nvlinks"]:  # a PCIe card has no NVLink metrics
+            values[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC] = (
+                state["nvlink_received_bytes_per_second"] / mib
+            )
+            values[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = (
+                state["nvlink_transmitted_bytes_per_second"] / mib
+            )
         for i in range(request.numMetrics):
             metric = request.metrics[i]
+            metric.nvmlReturn = self._item_code(index, "nvmlGpmMetricsGet", metric.metricId)
+            if metric.nvmlReturn:
+                continue
             if metric.metricId in values:
                 metric.value = values[metric.metricId]
-                metric.nvmlReturn = pynvml.NVML_SUCCESS
             else:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return pynvml.NVML_SUCCESS

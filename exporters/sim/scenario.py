@@ -14,7 +14,7 @@ scenarios shipped are in exporters/sim/scenarios/.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,20 @@ CLOCK_EVENT_BITS = {
     "display_clock_setting": 0x100,
 }
 
+# NVML's throttle-time counters, by the clock-event reasons (flags) whose time each one counts;
+# the perf-policy limits without a flag of their own count only what a scenario starts them at.
+CLOCK_EVENT_COUNTERS = {
+    "sw_power_cap": ("sw_power_cap",),
+    "sync_boost": ("sync_boost",),
+    "sw_thermal_slowdown": ("sw_thermal_slowdown",),
+    "hw_thermal_slowdown": ("hw_thermal_slowdown",),
+    "hw_power_brake_slowdown": ("hw_power_brake_slowdown",),
+    "thermal": ("sw_thermal_slowdown", "hw_thermal_slowdown"),
+    "board_limit": (),
+    "low_utilization": (),
+    "reliability": (),
+}
+
 NVLINK_COUNTERS = {
     "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
     "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
@@ -46,6 +60,57 @@ NVLINK_COUNTERS = {
 # Error names as pynvml spells its classes without the prefix: "GpuIsLost" -> 15.
 ERROR_CODES = {
     cls.__name__.removeprefix("NVMLError_"): code for code, cls in pynvml.NVMLError._valClassMapping.items()
+}
+
+RECOVERY_ACTIONS = {
+    name.removeprefix("NVML_GPU_RECOVERY_ACTION_").lower(): getattr(pynvml, name)
+    for name in dir(pynvml)
+    if name.startswith("NVML_GPU_RECOVERY_ACTION_")
+}
+FABRIC_STATES = {
+    "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+}
+# A fabric health-mask condition in its bad state: (shift, value).
+FABRIC_CONDITIONS = {
+    "degraded_bandwidth": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE,
+    ),
+    "route_recovery": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_TRUE,
+    ),
+    "route_unhealthy": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE,
+    ),
+    "access_timeout_recovery": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_TRUE,
+    ),
+    "incorrect_configuration": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS,
+    ),
+    "fabric_manager_disconnected": (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_GFM_STATE_DISCONNECTED,
+    ),
+}
+PLATFORM_KEYS = {"chassis_serial", "slot", "tray", "host_id", "module_id"}
+# GPU keys that may be null, that take one of a few values, or a list of them.
+NULLABLE = ("memory_temperature_celsius", "recovery_action", "platform_info")
+CHOICES: dict[str, Collection[str]] = {
+    "recovery_action": RECOVERY_ACTIONS,
+    "fabric_state": FABRIC_STATES,
+    "fabric_status": ("Success", *ERROR_CODES),
+}
+LIST_CHOICES: dict[str, Collection[str]] = {
+    "clocks_event_reasons": CLOCK_EVENT_BITS,
+    "clocks_event_counters": CLOCK_EVENT_COUNTERS,
+    "fabric_conditions": FABRIC_CONDITIONS,
 }
 
 # The simulated H100 node's GPU, which a scenario's `gpu:` overrides key by key.
@@ -92,6 +157,48 @@ GPU_DEFAULTS: dict[str, Any] = {
     "minor_number": None,
     # MIG devices, each {gpu_instance_id, uuid}; the uuid is generated when left out. Empty: MIG off.
     "mig_devices": [],
+    # GPM (Hopper and newer): activity 0-1 and traffic in bytes per second over a sample interval.
+    "tensor_active": 0.0,
+    "dram_active": 0.0,
+    "fp16_active": 0.0,
+    "fp32_active": 0.0,
+    "fp64_active": 0.0,
+    "pcie_received_bytes_per_second": 0.0,
+    "pcie_transmitted_bytes_per_second": 0.0,
+    "nvlink_received_bytes_per_second": 0.0,
+    "nvlink_transmitted_bytes_per_second": 0.0,
+    # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: an NVLink 4 link's speed in one direction, as
+    # `nvidia-smi nvlink -s` shows it on an H100 (26.562 GB/s).
+    "nvlink_speed_mbps": 26562,
+    # The throttle-time counters the driver answers, and what each counted before the node started
+    # (seconds); each then grows while a flag it counts is set.
+    "clocks_event_counters": list(CLOCK_EVENT_COUNTERS),
+    "clocks_event_seconds": {},
+    # What NVML says to do (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), as NVML names it in lower case;
+    # null: a driver without the field.
+    "recovery_action": "none",
+    # nvmlDeviceGetSramEccErrorStatus (aggregate counts).
+    "sram_ecc_supported": True,
+    "sram_ecc_threshold_exceeded": False,
+    "sram_ecc_corrected": 0,
+    "sram_ecc_uncorrected_parity": 0,
+    "sram_ecc_uncorrected_secded": 0,
+    # nvmlDeviceGetRepairStatus and nvmlDeviceGetUnrepairableMemoryFlag_v1: Blackwell, not H100.
+    "memory_repair_supported": False,
+    "channel_repair_pending": False,
+    "tpc_repair_pending": False,
+    "memory_unrepairable": False,
+    # nvmlDeviceGetGpuFabricInfoV on an NVSwitch system: the registration with the fabric manager
+    # and the health mask's conditions that are in their bad state.
+    "fabric_supported": True,
+    "fabric_state": "completed",
+    "fabric_status": "Success",
+    "fabric_conditions": [],
+    "fabric_info_version": 3,  # the newest struct version the driver knows
+    # nvmlDeviceGetPlatformInfo (rack-scale systems): null on an HGX H100; else chassis_serial,
+    # slot, tray, host_id, module_id.
+    "platform_info": None,
+    "platform_info_version": 2,
 }
 
 # PCI bus ids of the eight GPUs of a DGX H100, in NVML index order.
@@ -323,8 +430,14 @@ def _gpu_state(data: Any, source: str, prefix: str) -> dict[str, Any]:
         kind: type | tuple[type, ...] = (
             (int, float) if isinstance(default, float) else type(default) if default is not None else str
         )
-        if key == "memory_temperature_celsius" and value is None:
-            out[key] = None  # the GPU has no HBM sensor
+        if key in NULLABLE and value is None:
+            out[key] = None  # the GPU has no HBM sensor; the driver has no such field or call
+            continue
+        if key == "platform_info":
+            if not isinstance(value, dict) or set(value) != PLATFORM_KEYS:
+                expected = "null or a mapping of " + ", ".join(sorted(PLATFORM_KEYS))
+                raise ScenarioError(source, f"{prefix}.{key}", expected, value)
+            out[key] = value
             continue
         if key == "minor_number":
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -335,12 +448,18 @@ def _gpu_state(data: Any, source: str, prefix: str) -> dict[str, Any]:
             out[key] = _records(value, _LIST_KEYS[key], source, f"{prefix}.{key}")
             continue
         _typed(value, kind, source, f"{prefix}.{key}")
-        if key == "clocks_event_reasons":
-            for reason in value:
-                if reason not in CLOCK_EVENT_BITS:
-                    raise ScenarioError(
-                        source, f"{prefix}.{key}", "reasons among " + ", ".join(CLOCK_EVENT_BITS), reason
-                    )
+        if key in CHOICES and value not in CHOICES[key]:
+            raise ScenarioError(source, f"{prefix}.{key}", "one of " + ", ".join(CHOICES[key]), value)
+        for item in value if key in LIST_CHOICES else ():
+            if item not in LIST_CHOICES[key]:
+                expected = "items among " + ", ".join(LIST_CHOICES[key])
+                raise ScenarioError(source, f"{prefix}.{key}", expected, item)
+        if key == "clocks_event_seconds":
+            for reason, seconds in value.items():
+                if reason not in CLOCK_EVENT_COUNTERS:
+                    expected = "counters among " + ", ".join(CLOCK_EVENT_COUNTERS)
+                    raise ScenarioError(source, f"{prefix}.{key}", expected, reason)
+                _typed(seconds, (int, float), source, f"{prefix}.{key}.{reason}")
         if key == "nvlink_errors":
             for link, counters in value.items():
                 if not isinstance(counters, dict) or set(counters) - set(NVLINK_COUNTERS):

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Series and bytes per scrape of the simulated node, at the default settings and at full detail,
+beside node_exporter's InfiniBand collector on the same HCAs; prints markdown tables.
+
+The nodes are real `clusterhealth agent` processes without a config file (the default settings),
+or with one that asks for every opt-in family and every counter (`include_metrics: ['*']` on each
+collector, `hw_counters`, `error_counters` and `clocks_event_counters: ['*']`):
+
+- faulty: the golden node of tests/test_golden.py without its probe and pairwise group: the
+  faulty H100 scenario frozen at 600 s (GPU 6 fell off the bus: 7 of 8 GPUs answer), the faulty
+  simulated sysfs tree (10 mlx5 HCAs and irdma0), its kernel log replayed;
+- healthy: the healthy H100 scenario (all 8 GPUs answer) on the healthy tree.
+
+/metrics is fetched once every collector has reported and the audit has run, plain and gzipped.
+A series is a sample line; the top families are printed by count. node_exporter (the Debian
+`prometheus-node-exporter`, `--collector.disable-defaults --collector.infiniband`) reads the
+same tree with irdma0 removed and an empty counter filled (node_exporter 1.5 drops its whole
+collector on either; benchmarks/rdma_latency.py says why).
+
+Usage: benchmarks/series.py [--node-exporter PATH] [--top 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+from agentproc import start_agent
+from rdma_latency import build_tree, free_port, wait_listening
+
+from clusterhealth.agent.demo import kmsg_record
+from clusterhealth.exporters.sim import sysfs as sim_sysfs
+from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, load_scenario
+
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+COLLECTORS = ("gpu", "kernel_log", "rdma", "pcie_aer", "xid", "audit", "probes")
+FULL_DETAIL = {
+    "collectors": {
+        **{name: {"include_metrics": ["*"]} for name in COLLECTORS},
+        "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"]},
+        "rdma": {"include_metrics": ["*"], "hw_counters": ["*"], "error_counters": ["*"]},
+    }
+}
+
+
+def get(port: int, path: str = "/metrics", gzipped: bool = False) -> bytes:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if gzipped:
+        request.add_header("Accept-Encoding", "gzip")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return bytes(response.read())
+
+
+def lay_out(root: Path, node: str) -> list[str]:
+    """The node's files under `root`; the agent's flags that point at them."""
+    if node == "faulty":
+        data = yaml.safe_load((SCENARIO_DIR / "h100-faulty.yaml").read_text())
+        data["frozen_at_seconds"] = 600
+    else:
+        data = yaml.safe_load((SCENARIO_DIR / "h100-healthy.yaml").read_text())
+    scenario = root / f"{node}.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    sim_sysfs.build(root / "sys", faulty=node == "faulty")
+    kmsg = root / "kmsg"
+    lines = load_scenario(scenario).kernel_log
+    kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(lines, 1)))
+    return ["--simulate", str(scenario), "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
+
+
+def scrape_agent(flags: list[str], config: dict[str, object] | None, root: Path) -> tuple[bytes, int]:
+    """(the plain exposition, its gzipped size) once every collector has reported."""
+    args = list(flags)
+    if config is not None:
+        path = root / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args = ["--config", str(path), *args]
+    proc, port, log = start_agent(*args)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            health = json.loads(get(port, "/healthz"))["collectors"]
+            if all(c["success"] is not None for c in health.values()) and len(health) == len(COLLECTORS):
+                break
+            time.sleep(0.2)
+        else:
+            raise SystemExit("the agent's collectors did not all report within 60 s:\n" + "".join(log))
+        plain = get(port)
+        return plain, len(get(port, gzipped=True))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def scrape_node_exporter(binary: str, root: Path) -> tuple[bytes, int]:
+    tree = root / "ne-sys"
+    build_tree(tree)
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--path.sysfs={tree}",
+            "--collector.disable-defaults",
+            "--collector.infiniband",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, proc, "node_exporter")  # type: ignore[arg-type]
+        plain = get(port)
+        return plain, len(gzip.compress(plain))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def families(exposition: bytes, prefix: str) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+    for line in exposition.decode().splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name.startswith(prefix):
+                counts[name] += 1
+    return counts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--node-exporter", default=NODE_EXPORTER, metavar="PATH", help=f"default {NODE_EXPORTER}")
+    ap.add_argument("--top", type=int, default=12, help="families listed per run (default 12)")
+    args = ap.parse_args()
+    runs: dict[tuple[str, str], tuple[collections.Counter[str], int, int]] = {}
+    for node in ("faulty", "healthy"):
+        for settings, config in (("default", None), ("full detail", FULL_DETAIL)):
+            with tempfile.TemporaryDirectory(prefix="clusterhealth-series-") as tmp:
+                root = Path(tmp)
+                plain, zipped = scrape_agent(lay_out(root, node), config, root)
+            runs[(node, settings)] = (families(plain, "clusterhealth_"), len(plain), zipped)
+
+    print("| node | settings | series | families | bytes (text) | bytes (gzip) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for (node, settings), (counts, plain_bytes, zipped) in runs.items():
+        series = sum(counts.values())
+        print(f"| {node} | {settings} | {series:,} | {len(counts)} | {plain_bytes:,} | {zipped:,} |")
+    binary = shutil.which(args.node_exporter)
+    if binary is None:
+        print(f"\nnode_exporter not found at {args.node_exporter}: its figures are left out", file=sys.stderr)
+    else:
+        with tempfile.TemporaryDirectory(prefix="clusterhealth-series-") as tmp:
+            plain, zipped = scrape_node_exporter(binary, Path(tmp))
+        ib = families(plain, "node_infiniband_")
+        print(
+            f"| node_exporter infiniband (the faulty tree without irdma0) | default | "
+            f"{sum(ib.values()):,} | {len(ib)} | {len(plain):,} (whole response) | {zipped:,} |"
+        )
+
+    for key in (("faulty", "default"), ("faulty", "full detail")):
+        counts = runs[key][0]
+        print(f"\nThe {args.top} largest families, {key[0]} node, {key[1]}:\n")
+        print("| family | series |")
+        print("| --- | ---: |")
+        for name, count in counts.most_common(args.top):
+            print(f"| `{name}` | {count} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
