@@ -59,6 +59,7 @@ def _gpu(config: Config, node: Node) -> GpuCollector:
         gpm_min_window_seconds=gpu.gpm_min_window_seconds,
         on_cycle=node.drain_xid_events if node.one_shot else None,
         clocks_event_counters=gpu.clocks_event_counters,
+        clocks_event_reasons=gpu.clocks_event_reasons,
     )
 
 

@@ -31,7 +31,7 @@ from clusterhealth.checks.fabric.members import MembershipError, check_members, 
 from clusterhealth.checks.fabric.schedule import RoundTiming, check_node_name
 from clusterhealth.checks.policy import Policy
 from clusterhealth.checks.schema import setting
-from clusterhealth.exporters.gpu import CLOCK_EVENT_COUNTERS_DEFAULT
+from clusterhealth.exporters.gpu import CLOCK_EVENT_COUNTERS_DEFAULT, CLOCK_EVENT_REASONS_DEFAULT
 from clusterhealth.exporters.rdma import ERROR_COUNTERS_DEFAULT, HW_COUNTERS_DEFAULT
 
 DEFAULT_PORT = 9845
@@ -138,6 +138,12 @@ class GpuConfig(
         CLOCK_EVENT_COUNTERS_DEFAULT,
         doc="throttle-time reasons exported in clusterhealth_gpu_clocks_event_seconds_total (glob "
         "patterns; '*': also sync_boost, board_limit, low_utilization, reliability)",
+        check=_check_globs,
+    )
+    clocks_event_reasons: tuple[str, ...] = setting(
+        CLOCK_EVENT_REASONS_DEFAULT,
+        doc="sampled reasons exported in clusterhealth_gpu_clocks_event_active (glob patterns; '*': also "
+        "gpu_idle, applications_clocks_setting, display_clock_setting, which slow no GPU down)",
         check=_check_globs,
     )
 

@@ -38,16 +38,17 @@ import yaml
 from agentproc import start_agent
 from rdma_latency import build_tree, free_port, wait_listening
 
+from clusterhealth.agent.collectors import COLLECTORS as TABLE
 from clusterhealth.agent.demo import kmsg_record
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, load_scenario
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
-COLLECTORS = ("gpu", "kernel_log", "rdma", "pcie_aer", "xid", "audit", "probes")
+COLLECTORS = tuple(entry.name for entry in TABLE)
 FULL_DETAIL = {
     "collectors": {
         **{name: {"include_metrics": ["*"]} for name in COLLECTORS},
-        "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"]},
+        "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"], "clocks_event_reasons": ["*"]},
         "rdma": {"include_metrics": ["*"], "hw_counters": ["*"], "error_counters": ["*"]},
     }
 }

@@ -53,6 +53,17 @@ CLOCK_EVENT_COUNTERS = (
 # The reasons exported by default: what explains a slow GPU (a power cap, heat, the power brake;
 # thermal on drivers without the split counters). The others (sync boost, board limit, low
 # utilization, reliability) are read too, and exported on request.
+# The sampled clock-event flags exported by default: the reasons that slow a GPU down. gpu_idle,
+# applications_clocks_setting and display_clock_setting say why a clock is low without a fault (an
+# idle GPU, a clock someone set); `collectors.gpu.clocks_event_reasons: ['*']` adds them.
+CLOCK_EVENT_REASONS_DEFAULT = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
 CLOCK_EVENT_COUNTERS_DEFAULT = (
     "sw_power_cap",
     "sw_thermal_slowdown",
@@ -503,6 +514,7 @@ class GpuCollector:
         gpm_min_window_seconds: float = 1.0,
         on_cycle: Callable[[], object] | None = None,
         clocks_event_counters: Sequence[str] = ("*",),
+        clocks_event_reasons: Sequence[str] = ("*",),
     ):
         self.session, self.directory, self._publish = session, directory, publish
         # Run at the end of each successful cycle, on this thread (one-shot commands drain the
@@ -511,6 +523,8 @@ class GpuCollector:
         self.gpm, self.gpm_min_window_seconds = gpm, gpm_min_window_seconds
         # The throttle-time reasons exported (glob patterns; the rest are read and left out).
         self.clocks_event_counters = tuple(clocks_event_counters)
+        # The sampled flags exported (glob patterns), likewise.
+        self.clocks_event_reasons = tuple(clocks_event_reasons)
         self._down: dict[int, str] = {}
         self._fabric_problems: dict[int, tuple[str, ...]] = {}
         self._gpm_support: dict[str, bool] = {}
@@ -674,6 +688,9 @@ class GpuCollector:
 
     def _counts(self, reason: str) -> bool:
         return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_counters)
+
+    def _flags(self, reason: str) -> bool:
+        return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_reasons)
 
     def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
         reason = f"{gone.call}: {gone.error}"
@@ -893,7 +910,8 @@ class GpuCollector:
                 replays.add_metric(base, float(r.pcie_replay_errors))
             if r.clocks_event_reasons is not None:
                 for reason, bit in CLOCK_EVENT_REASONS:
-                    reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
+                    if self._flags(reason):
+                        reasons.add_metric([*base, reason], 1.0 if r.clocks_event_reasons & bit else 0.0)
             for reason, seconds in r.clocks_event_seconds.items():
                 if self._counts(reason):
                     held.add_metric([*base, reason], seconds)

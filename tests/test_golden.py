@@ -152,7 +152,7 @@ def golden_node(root: Path) -> list[str]:
 
 # Every collector's opt-in families, and every counter of the curated ones.
 FULL_DETAIL = {
-    "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"]},
+    "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"], "clocks_event_reasons": ["*"]},
     "rdma": {"include_metrics": ["*"], "hw_counters": ["*"], "error_counters": ["*"]},
     **{name: {"include_metrics": ["*"]} for name in ("kernel_log", "pcie_aer", "xid", "audit", "probes")},
 }

@@ -64,7 +64,8 @@ def test_thermal_slowdown_shows_hw_slowdown_reasons_and_low_clock(scrape: Callab
                     },
                 )
             ]
-        )
+        ),
+        clocks_event_reasons=["*"],
     )
     active = {
         reason: value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason=reason)
@@ -142,6 +143,27 @@ def test_by_default_the_reasons_that_explain_a_slow_gpu_are_exported(scrape: Cal
         "hw_thermal_slowdown",
         "hw_power_brake_slowdown",
     }
+
+
+def test_by_default_the_flags_are_the_reasons_that_slow_a_gpu_down(scrape: Callable[..., str]) -> None:
+    def flags(text: str) -> set[str]:
+        return {
+            dict(labels)["reason"]
+            for (name, labels) in samples(text)
+            if name == "clusterhealth_gpu_clocks_event_active"
+        }
+
+    slowing = {
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    }
+    assert flags(scrape(scenario(gpu_count=1))) == slowing
+    every = scrape(scenario(gpu_count=1), clocks_event_reasons=["*"])
+    assert flags(every) == slowing | {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
 
 
 def test_a_driver_without_the_slowdown_counters_counts_thermal_time_together(
@@ -596,7 +618,8 @@ def test_driver_older_than_r535_falls_back_to_throttle_reasons(scrape: Callable[
             driver_version="525.85.12",
             cuda_driver_version=12000,
             faults=[fault(0, set={"clocks_event_reasons": ["sw_power_cap"]})],
-        )
+        ),
+        clocks_event_reasons=["*"],
     )
     assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="0", reason="sw_power_cap") == 1
     assert value(text, "clusterhealth_gpu_clocks_event_active", gpu="1", reason="gpu_idle") == 1
