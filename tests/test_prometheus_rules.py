@@ -700,13 +700,16 @@ CASES = [
             S(TRANSPORT, transport("n1", "Socket", "false", "P2P")): "_x5 1x15",
             # n2: Ethernet only, sockets are all it has.
             S(TRANSPORT, transport("n2", "Socket", "false", "")): "1x20",
-            # n3: SHM with an NVLink up; n4: mixed; n5: SHM with its NVLinks down (NVLinkDown's).
+            # n3: SHM with an NVLink up (the opt-in per-link flags); n4: mixed, with its links up
+            # as the default series say (the GPU's NVLink rate); n5: SHM with its NVLinks down
+            # (NVLinkDown's), a rate of 0.
             S("clusterhealth_gpu_nvlink_up", gpu("0", "n3", link="0")): "1x20",
             S("clusterhealth_gpu_nvlink_up", gpu("0", "n3", link="1")): "0x20",
             S(TRANSPORT, transport("n3", "", "", "SHM")): "1x20",
-            S("clusterhealth_gpu_nvlink_up", gpu("0", "n4", link="0")): "1x20",
+            S("clusterhealth_gpu_nvlink_rate_bytes_per_second", gpu("0", "n4")): "478116000000x20",
             S(TRANSPORT, transport("n4", "IB", "true", "mixed")): "1x20",
-            S("clusterhealth_gpu_nvlink_up", gpu("0", "n5", link="0")): "0x20",
+            S("clusterhealth_gpu_nvlink_rate_bytes_per_second", gpu("0", "n5")): "0x20",
+            S("clusterhealth_gpu_nvlink_links_down", gpu("0", "n5")): "18x20",
             S(TRANSPORT, transport("n5", "", "", "SHM")): "1x20",
             # n6: what it should be.
             S("clusterhealth_rdma_device_info", {"instance": "n6", "device": "mlx5_0"}): "1x20",

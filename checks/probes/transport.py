@@ -8,9 +8,12 @@ still finishes, slower, and a baseline learned from such runs would hide it.
 
 The node's facts are the ones the agent already reads and exports: its RDMA devices in sysfs
 (`class/infiniband`, as the rdma collector selects them: clusterhealth_rdma_device_info) and its
-active NVLink links as the gpu collector last read them (clusterhealth_gpu_nvlink_up). Not a probe
-setting: the hardware says what NCCL should have used, on every node alike, and the alert
-NCCLTransportFallback asks the same two series in PromQL, so the alert and the probe's result agree.
+active NVLink links as the gpu collector last read them (by default exported per GPU as
+clusterhealth_gpu_nvlink_rate_bytes_per_second, one link's speed times the links up; per link, opt-in,
+as clusterhealth_gpu_nvlink_up). Not a probe setting: the hardware says what NCCL should have used,
+on every node alike, and the alert NCCLTransportFallback asks the same facts in PromQL, so the alert
+and the probe's result agree (where a driver lacks the NVLink speed field and the per-link flags are
+off, the alert cannot see the links and the degraded run shows as ProbeFailing).
 A node whose facts are unknown (sysfs unreadable, the gpu collector not run yet) is not judged.
 A run whose output does not say (no NCCL_DEBUG=INFO) is not judged either: that is how a probe
 opts out.

@@ -416,12 +416,19 @@ clusterhealth_firmware_info{m('component!~"hca|gpu_vbios"')}""",
     pairwise_host = _pairwise_host(c)
     # NCCL fell back: sockets where the node exports RDMA devices, shared memory where its GPUs have
     # an NVLink up; the facts checks/probes/transport.py judges a run by, so the probe's result is
-    # degraded whenever this fires.
+    # degraded whenever this fires. Links up: a GPU's NVLink rate (its links up times one link's
+    # speed) by default, the per-link flags where they are exported (opt-in); on a driver without
+    # the speed field and without the per-link flags, the degraded run shows as ProbeFailing.
     fallback = f"""clusterhealth_probe_transport_info{m('net="Socket"')}
   and on (instance, job) clusterhealth_rdma_device_info{m()}
 or
 clusterhealth_probe_transport_info{m('intra=~"SHM|mixed"')}
-  and on (instance, job) clusterhealth_gpu_nvlink_up{m()} == 1"""
+  and on (instance, job)
+  (
+    clusterhealth_gpu_nvlink_rate_bytes_per_second{m()} > 0
+    or
+    clusterhealth_gpu_nvlink_up{m()} == 1
+  )"""
     # The fallback is the run's problem to fix; its low bandwidth or failed result is the symptom.
     not_fallback = f"unless on (instance, job, probe)\n(\n{_indent(fallback)}\n)"
 
