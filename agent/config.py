@@ -61,8 +61,8 @@ class PathsConfig:
 _HUNG = "a run that lasts longer is reported hung: success 0 and /healthz says why"
 # And every collector's families are switched the same way (exporters/base.py, FamilySelection).
 _INCLUDE = (
-    "its opt-in metric families to export too, as glob patterns of their names ('*': all; the "
-    "README's series table lists them)"
+    "its opt-in metric families to export too, as glob patterns of their names ('*': all; "
+    "docs/metrics.md's series table lists them)"
 )
 _EXCLUDE = (
     "metric families to leave out, as glob patterns of their names (node_exporter's "

@@ -1,4 +1,5 @@
-"""The docs describe what the code does: the config reference and the README's metric table."""
+"""The docs describe what the code does: the config reference, the README's collector table, and the
+metric and check tables of docs/metrics.md and docs/checks.md."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from clusterhealth.checks.audits import checks_markdown
 from .conftest import FIXTURES, GOLDEN, ROOT, run_cli, samples
 
 README = (ROOT / "README.md").read_text()
+METRICS = (ROOT / "docs" / "metrics.md").read_text()
+CHECKS = (ROOT / "docs" / "checks.md").read_text()
 
 
 def test_configuration_reference_is_the_generated_one() -> None:
@@ -28,12 +31,12 @@ def test_readme_collector_table_is_the_collector_table() -> None:
     assert collectors_markdown() in README, "paste clusterhealth.agent.collectors.collectors_markdown()"
 
 
-def test_readme_check_table_is_the_check_table() -> None:
-    assert checks_markdown() in README, "paste clusterhealth.checks.audits.checks_markdown() into the README"
+def test_the_check_table_is_the_check_table() -> None:
+    assert checks_markdown() in CHECKS, "paste checks.audits.checks_markdown() into docs/checks.md"
 
 
-def test_readme_lists_every_metric_the_agent_exports(tmp_path: Path) -> None:
-    documented = set(re.findall(r"^\| `(clusterhealth_[a-z0-9_]+)` \|", README, flags=re.M))
+def test_the_metrics_page_lists_every_metric_the_agent_exports(tmp_path: Path) -> None:
+    documented = set(re.findall(r"^\| `(clusterhealth_[a-z0-9_]+)` \|", METRICS, flags=re.M))
     # The golden file is the whole simulated node; it leaves out what changes from run to run.
     golden = (GOLDEN / "h100-faulty.prom").read_text()
     exported = {name for name, _ in samples(golden)} | {
@@ -60,8 +63,8 @@ def test_readme_lists_every_metric_the_agent_exports(tmp_path: Path) -> None:
     exported |= {name for name, _ in samples(result.stdout)}
     # The legacy counters_ext/ family is one row of the table, its siblings named in it.
     exported = {n for n in exported if "_legacy_" not in n or n.endswith("_legacy_data_received_bytes_total")}
-    assert exported - documented == set(), "exported but not in the README"
-    assert documented - exported == set(), "in the README but not exported by the simulated node"
+    assert exported - documented == set(), "exported but not in docs/metrics.md"
+    assert documented - exported == set(), "in docs/metrics.md but not exported by the simulated node"
 
 
 def test_readme_gives_the_two_setup_commands() -> None:

@@ -378,8 +378,8 @@ def test_the_prometheus_operator_overlay_adds_the_monitor_and_the_rules() -> Non
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_readmes_overlay_sets_the_image_and_the_config(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_deploy_pages_overlay_sets_the_image_and_the_config(tmp_path: Path) -> None:
+    readme = (ROOT / "docs" / "deploy.md").read_text()
     start = readme.index("# kustomization.yaml of your overlay")
     overlay = readme[start : readme.index("```", start)]
     checkout = tmp_path / "clusterhealth"

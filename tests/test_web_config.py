@@ -856,12 +856,12 @@ def wait_for_targets(port: int, prometheus: subprocess.Popen[str]) -> dict[str, 
     raise AssertionError(f"targets not scraped within 60 s: {targets}")
 
 
-def test_the_readme_example_is_a_web_config_this_agent_takes() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Securing the endpoint", 1)[1]
+def test_the_documented_example_is_a_web_config_this_agent_takes() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    section = page.split("## Securing the endpoint", 1)[1]
     example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
-    parsed = from_mapping(webconfig.WebConfigFile, example, "README.md")
-    users = webconfig._users(parsed.basic_auth_users, "README.md")
+    parsed = from_mapping(webconfig.WebConfigFile, example, "docs/security.md")
+    users = webconfig._users(parsed.basic_auth_users, "docs/security.md")
     assert bcrypt.checkpw(b"change-me", users["prometheus"])
     assert parsed.tls_server_config is not None
     assert parsed.tls_server_config.client_auth_type == "RequireAndVerifyClientCert"

@@ -8,7 +8,7 @@ A function the simulated driver lacks is missing from the library, which pynvml 
 `NVMLError_FunctionNotFound`, exactly as on an old driver.
 
 A scenario (YAML, read by exporters/sim/scenario.py) describes the GPUs and the faults in time;
-see exporters/sim/scenarios/ and the README's "Simulated node" section.
+see exporters/sim/scenarios/ and docs/simulator.md.
 """
 
 from __future__ import annotations
