@@ -520,7 +520,7 @@ def _model(args: argparse.Namespace) -> int:
         ends = [end.strip() for end in args.path.split(",")]
         if len(ends) != 2 or not all(ends) or ends[0] == ends[1]:
             return usage(f"--path: expected two different nodes as A,B, got {args.path!r}")
-        path = (ends[0], ends[1])
+        path = (min(ends), max(ends))  # as analyze names a path
     if args.probe is not None and not analyzing.valid_probe(args.probe):
         return usage(f"--probe: expected a probe name, got {args.probe!r}")
     try:

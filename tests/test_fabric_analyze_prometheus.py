@@ -253,9 +253,9 @@ ENDED = ("jobs-h3", range(4), 'exported_job="13",scheduler="slurm",source="mappi
 
 
 def _job_info(shift: int) -> Iterator[str]:
-    """The jobs' series as scraped over the last ten rounds and up to now (the job that ended, up
+    """The jobs' series as scraped over the last twenty rounds and up to now (the job that ended, up
     to half an hour before the data's end)."""
-    start, end = (LAST - 10 + shift) * PERIOD, (LAST + 2 + shift) * PERIOD
+    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 2 + shift) * PERIOD
     for (node, gpus, labels), until in [*((job, end) for job in JOBS), (ENDED, end - 1800)]:
         for gpu in gpus:
             target = f'instance="{node}:9845",job="clusterhealth"'
@@ -675,7 +675,7 @@ def test_model_takes_a_paths_measured_bandwidth_against_a_stated_nominal(prometh
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     measured = doc["measured"]
-    assert measured["path"] == ["h2", "h5"] or measured["path"] == ["h5", "h2"]
+    assert measured["path"] == ["h2", "h5"], "named as analyze names it"
     assert [m["hosts"] for m in measured["meetings"]] == [["h2", "h5"], ["h2", "h5"]]
     rounds = [m["round"] for m in measured["meetings"]]
     assert rounds[1] == rounds[0] + 1, "the meeting and its confirmation"
