@@ -2,7 +2,7 @@
 
 Pure functions of measured or stated inputs, in base units (bytes, seconds, bytes per second).
 They are the arithmetic behind `clusterhealth model` and behind the `impact` that `analyze`
-puts on every suspect and on the fleet finding (``impact`` below).
+puts on every suspect and on a fleet-wide slowdown (``impact`` below).
 
 The conventions are nccl-tests' (doc/PERFORMANCE.md in NVIDIA/nccl-tests):
 
