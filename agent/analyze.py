@@ -26,6 +26,12 @@ per-partner families are asked a few rounds at a time (a node exports a new part
 round, and Prometheus evaluates every selected series at every step), and every range query stays
 under Prometheus's 11,000 points per series.
 
+Each suspect is priced (``impact``, checks/cost.py) for a stated workload (``--params``,
+``--bytes-per-param``, ``--gpus``, ``--compute-seconds``, ``--overlap``), and, where
+``clusterhealth_gpu_job_info`` names the jobs running on a suspect's nodes at the end of the
+window, for each of them with its own GPU count (one more instant query; without that family
+nothing changes).
+
 A Prometheus answer with ``warnings`` (a remote store or a federated source that did not answer)
 is partial data, like results that cannot be tied to a node: no verdict without
 ``--allow-partial``, and with it the verdict says it is partial (``partial`` in the JSON).
@@ -50,8 +56,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterhealth.checks import cost
 from clusterhealth.checks.fabric import analysis
-from clusterhealth.checks.fabric.analysis import Analysis, Rules
+from clusterhealth.checks.fabric.analysis import Analysis, Meeting, Rules
 
 EXIT_NO_SUSPECT, EXIT_SUSPECTS, EXIT_USAGE, EXIT_NO_VERDICT = 0, 1, 2, 3
 DEFAULT_WINDOW = "6h"
@@ -72,6 +79,14 @@ def window_width(period: float) -> float:
 
 ROUNDS_PER_QUERY = 4  # rounds of per-partner series asked in one range query
 
+JOB_INFO = "clusterhealth_gpu_job_info"
+# The jobs priced are those running at the end of the window: seen within Prometheus's default
+# lookback delta.
+JOBS_LOOKBACK = "5m"
+# clusterhealth_gpu_job_info's own labels; the rest is the scrape target. The workload's `job`
+# reaches Prometheus as `exported_job` (the scrape job keeps `job`), as the rules assume.
+_JOB_LABELS = ("gpu", "uuid", "scheduler", "exported_job", "namespace", "pod", "container", "source")
+
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _PROBE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -83,6 +98,11 @@ class NoVerdict(Exception):
 
 class Partial(NoVerdict):
     """No verdict because the data is partial (--allow-partial analyses the rest)."""
+
+
+def valid_probe(name: str) -> bool:
+    """A probe name that can go into a PromQL matcher as it is."""
+    return bool(_PROBE.fullmatch(name))
 
 
 def parse_duration(text: str) -> float:
@@ -194,6 +214,19 @@ class Windows:
         return parts
 
 
+@dataclass
+class History:
+    """One group's meetings over the window, as read back from Prometheus."""
+
+    probe: str
+    end: float
+    period: float
+    meetings: list[Meeting]
+    reduced: analysis.Reduced
+    node_info: list[dict[str, Any]]  # the node_info series read (labels, or per window)
+    problems: list[str]  # partial data
+
+
 def run(
     url: str,
     probe: str | None,
@@ -205,11 +238,50 @@ def run(
     rules: Rules | None = None,
     timeout: float = 30.0,
     prometheus: Prometheus | None = None,
+    workload: cost.Workload = cost.IMPACT_WORKLOAD,
 ) -> Analysis:
     """Query Prometheus and analyse one group; NoVerdict when it cannot.
 
-    ``step`` is the width of the windows the history is read in (default: ``window_width``)."""
+    ``step`` is the width of the windows the history is read in (default: ``window_width``);
+    ``workload`` is what suspects are priced for where no job attribution names the jobs."""
     prometheus = prometheus or Prometheus(url, timeout)
+    with _no_collection_pauses():
+        history = read(prometheus, probe, window, step=step, now=now, allow_partial=allow_partial)
+        jobs = _jobs(prometheus, history)
+        if prometheus.warnings and not allow_partial:  # the jobs' answer was partial
+            raise Partial(
+                "partial data (rerun with --allow-partial to analyse the rest): "
+                + "; ".join(f"Prometheus answered with partial data: {text}" for text in prometheus.warnings)
+            )
+        problems = list(dict.fromkeys(history.problems + _warnings(prometheus)))
+        return analysis.analyze(
+            history.probe,
+            history.meetings,
+            window_seconds=window,
+            rules=rules,
+            expected=history.reduced.expected,
+            nodes=history.reduced.nodes,
+            problems=problems,
+            workload=workload,
+            jobs=jobs,
+        )
+
+
+def _warnings(prometheus: Prometheus) -> list[str]:
+    return [f"Prometheus answered with partial data: {text}" for text in prometheus.warnings]
+
+
+def read(
+    prometheus: Prometheus,
+    probe: str | None,
+    window: float,
+    *,
+    step: float | None = None,
+    now: float | None = None,
+    allow_partial: bool = False,
+) -> History:
+    """One group's meetings over the window (the only group when ``probe`` is None); NoVerdict
+    when there are none, or on partial data without ``allow_partial``."""
     end = time.time() if now is None else now
     selector = f"[{math.ceil(window)}s]"
     if probe is None:
@@ -240,35 +312,55 @@ def run(
     node_info = prometheus.series(analysis.NODE_INFO, end - window, end)
     if len(node_info) != len({analysis.target_of(s.get("metric", {}), ("node",)) for s in node_info}):
         node_info = windows.read(prometheus, f"last_over_time({analysis.NODE_INFO}{w})")
-    with _no_collection_pauses():
-        reduced = analysis.reduce_series(
-            probe,
-            node_info=node_info,
-            rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
-            bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
-            # Only the runs that did not meet their expectation: the analysis judges a measured
-            # meeting by its bandwidth, and one that measured nothing by peer_success.
-            peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
-            expected=prometheus.query(f"last_over_time({analysis.EXPECTED}{{{match}}}{selector})", end),
+    reduced = analysis.reduce_series(
+        probe,
+        node_info=node_info,
+        rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
+        bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
+        # Only the runs that did not meet their expectation: the analysis judges a measured
+        # meeting by its bandwidth, and one that measured nothing by peer_success.
+        peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
+        expected=prometheus.query(f"last_over_time({analysis.EXPECTED}{{{match}}}{selector})", end),
+    )
+    problems = _warnings(prometheus) + reduced.problems
+    if not reduced.reports and not problems:
+        raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
+    if problems and not allow_partial:
+        raise Partial("partial data (rerun with --allow-partial to analyse the rest): " + "; ".join(problems))
+    return History(probe, end, period, analysis.merge(reduced.reports), reduced, node_info, problems)
+
+
+def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]] | None:
+    """The jobs running on each node at the end of the window, each with its GPUs over the whole
+    cluster (clusterhealth_gpu_job_info); None when the family is absent."""
+    found = prometheus.query(f"last_over_time({JOB_INFO}[{JOBS_LOOKBACK}])", history.end)
+    if not found:
+        return None
+    names: dict[analysis.Target, set[str]] = {}
+    for series in history.node_info:
+        labels = series.get("metric", {})
+        if labels.get("node"):
+            names.setdefault(analysis.target_of(labels, ("node",)), set()).add(labels["node"])
+    gpus: dict[tuple[str, str, str, str], set[tuple[analysis.Target, str, str]]] = {}
+    on: dict[analysis.Target, set[tuple[str, str, str, str]]] = {}
+    for series in found:
+        labels = series.get("metric", {})
+        key = (
+            labels.get("scheduler", ""),
+            labels.get("exported_job", ""),
+            labels.get("namespace", ""),
+            labels.get("pod", ""),
         )
-        problems = [f"Prometheus answered with partial data: {text}" for text in prometheus.warnings]
-        problems += reduced.problems
-        if not reduced.reports and not problems:
-            raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
-        if problems and not allow_partial:
-            raise Partial(
-                "partial data (rerun with --allow-partial to analyse the rest): " + "; ".join(problems)
-            )
-        meetings = analysis.merge(reduced.reports)
-        return analysis.analyze(
-            probe,
-            meetings,
-            window_seconds=window,
-            rules=rules,
-            expected=reduced.expected,
-            nodes=reduced.nodes,
-            problems=problems,
-        )
+        if not any(key):
+            continue
+        target = analysis.target_of(labels, _JOB_LABELS)
+        gpus.setdefault(key, set()).add((target, labels.get("gpu", ""), labels.get("uuid", "")))
+        on.setdefault(target, set()).add(key)
+    jobs: dict[str, list[cost.Job]] = {}
+    for target, keys in on.items():
+        for node in names.get(target, ()):
+            jobs.setdefault(node, []).extend(cost.Job(*key, gpus=len(gpus[key])) for key in sorted(keys))
+    return jobs
 
 
 @contextlib.contextmanager
@@ -313,6 +405,7 @@ def main(
     *,
     step_text: str | None = None,
     allow_partial: bool = False,
+    workload: cost.Workload = cost.IMPACT_WORKLOAD,
 ) -> int:
     """The command: prints the table or the JSON and returns the exit code."""
     try:
@@ -321,7 +414,7 @@ def main(
     except ValueError as err:
         print(f"clusterhealth analyze: {err}", file=sys.stderr)
         return EXIT_USAGE
-    if probe is not None and not _PROBE.fullmatch(probe):
+    if probe is not None and not valid_probe(probe):
         print(f"clusterhealth analyze: --probe: expected a probe name, got {probe!r}", file=sys.stderr)
         return EXIT_USAGE
     if not urllib.parse.urlsplit(url).scheme.startswith("http"):
@@ -330,7 +423,7 @@ def main(
         )
         return EXIT_USAGE
     try:
-        result = run(url, probe, window, step=step, allow_partial=allow_partial)
+        result = run(url, probe, window, step=step, allow_partial=allow_partial, workload=workload)
     except NoVerdict as err:
         if as_json:
             document = {"probe": probe, "window_seconds": round(window), "error": str(err)}

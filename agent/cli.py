@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from clusterhealth.agent import __version__
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
 from clusterhealth.checks.schema import check_pattern
 
 EXIT_CONFIG = 2
@@ -165,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="analyse what can be read on partial data (results that cannot be tied, Prometheus warnings)",
     )
+    _workload_arguments(analyze, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
 
     lab = sub.add_parser(
         "lab",
@@ -207,25 +210,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="The ring all-reduce and overlap step models (docs/cost.md). Sizes take K, M, B, T "
         "suffixes (7B); RATE is a bandwidth such as 400Gbit/s, 400 Gb/s or 50GB/s.",
     )
-    model.add_argument("--params", required=True, metavar="N", help="parameters, e.g. 7B or 7e9")
+    _workload_arguments(model, None, "")
     model.add_argument(
-        "--bytes-per-param",
-        required=True,
-        type=float,
-        metavar="B",
-        help="gradient bytes per parameter (2 for BF16)",
-    )
-    model.add_argument("--gpus", required=True, type=int, metavar="N", help="data-parallel ranks")
-    model.add_argument("--bandwidth", required=True, metavar="RATE", help="the slowest link's bandwidth")
-    model.add_argument(
-        "--compute-seconds", required=True, type=float, metavar="T", help="compute time of one micro-batch"
+        "--bandwidth",
+        metavar="RATE",
+        help="the slowest link's bandwidth; with --prometheus, the nominal one to compare with "
+        "(default: the group's reference)",
     )
     model.add_argument(
-        "--overlap",
-        type=float,
-        default=0.0,
-        metavar="E",
-        help="share of the shorter of compute and communication hidden under the other, 0 to 1 (default 0)",
+        "--prometheus",
+        metavar="URL",
+        help="take the bandwidth from a node's or a path's measured probe bandwidth in this Prometheus",
+    )
+    measured = model.add_mutually_exclusive_group()
+    measured.add_argument("--node", metavar="NAME", help="with --prometheus: this node's latest meetings")
+    measured.add_argument("--path", metavar="A,B", help="with --prometheus: the latest meetings of A and B")
+    model.add_argument(
+        "--probe", metavar="NAME", help="with --prometheus: the pairwise group (default: the only one)"
+    )
+    model.add_argument(
+        "--window",
+        default="6h",
+        metavar="DURATION",
+        help="with --prometheus: how far back to look (default 6h)",
     )
     model.add_argument(
         "--accumulation", type=int, default=1, metavar="K", help="micro-batches per all-reduce (default 1)"
@@ -276,6 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "analyze":
             from clusterhealth.agent.analyze import main as analyze_main
 
+            try:
+                workload = _workload(args)
+            except ValueError as err:
+                print(f"clusterhealth analyze: {err}", file=sys.stderr)
+                return 2
             return analyze_main(
                 args.prometheus,
                 args.probe,
@@ -283,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.json,
                 step_text=args.step,
                 allow_partial=args.allow_partial,
+                workload=workload,
             )
         if args.command == "lab":
             return _lab(args)
@@ -410,34 +423,112 @@ def _lab(args: argparse.Namespace) -> int:
     return lab.main(spec, args.json)
 
 
-def _model(args: argparse.Namespace) -> int:
-    from clusterhealth.agent import model
-    from clusterhealth.checks.cost import Workload
+def _workload_arguments(parser: argparse.ArgumentParser, defaults: Workload | None, what: str) -> None:
+    """--params, --bytes-per-param, --gpus, --compute-seconds and --overlap; all but --overlap
+    required without ``defaults``."""
 
-    bandwidth = configuration.parse_bandwidth(args.bandwidth)
-    if not bandwidth:
-        print(
-            f"clusterhealth model: --bandwidth: expected a rate such as 400Gbit/s or 50GB/s, got "
-            f"{args.bandwidth!r}",
-            file=sys.stderr,
-        )
+    def option(name: str, value: Any, text: str, **kw: Any) -> None:
+        if defaults is None and name != "--overlap":
+            parser.add_argument(name, required=True, **kw)
+        else:
+            kw["help"] = f"{what}{kw['help']} (default {text})"
+            parser.add_argument(name, default=value, **kw)
+
+    w = defaults or Workload(params=1, bytes_per_param=1, gpus=1, compute_seconds=1)
+    option(
+        "--params",
+        f"{w.params:.0f}",
+        "7B" if w.params == 7e9 else f"{w.params:g}",
+        metavar="N",
+        help="parameters, e.g. 7B or 7e9",
+    )
+    option(
+        "--bytes-per-param",
+        w.bytes_per_param,
+        f"{w.bytes_per_param:g}",
+        type=float,
+        metavar="B",
+        help="gradient bytes per parameter (2 for BF16)",
+    )
+    option("--gpus", w.gpus, f"{w.gpus}", type=int, metavar="N", help="data-parallel ranks")
+    option(
+        "--compute-seconds",
+        w.compute_seconds,
+        f"{w.compute_seconds:g}",
+        type=float,
+        metavar="T",
+        help="compute time of one micro-batch",
+    )
+    option(
+        "--overlap",
+        w.overlap,
+        f"{w.overlap:g}",
+        type=float,
+        metavar="E",
+        help="share of the shorter of compute and communication hidden under the other, 0 to 1",
+    )
+
+
+def _workload(args: argparse.Namespace, **extra: Any) -> Workload:
+    """The workload of --params and its friends; ValueError naming what is wrong."""
+    from clusterhealth.agent.model import parse_count
+
+    return Workload(
+        params=parse_count(args.params),
+        bytes_per_param=args.bytes_per_param,
+        gpus=args.gpus,
+        compute_seconds=args.compute_seconds,
+        overlap=args.overlap,
+        **extra,
+    )
+
+
+def _model(args: argparse.Namespace) -> int:
+    from clusterhealth.agent import analyze as analyzing
+    from clusterhealth.agent import model
+
+    def usage(problem: str) -> int:
+        print(f"clusterhealth model: {problem}", file=sys.stderr)
         return model.EXIT_USAGE
-    try:
-        workload = Workload(
-            params=model.parse_count(args.params),
-            bytes_per_param=args.bytes_per_param,
-            gpus=args.gpus,
-            compute_seconds=args.compute_seconds,
-            overlap=args.overlap,
-            accumulation=args.accumulation,
-            latency_seconds=args.latency,
+
+    bandwidth = None
+    if args.bandwidth is not None:
+        bandwidth = configuration.parse_bandwidth(args.bandwidth)
+        if not bandwidth:
+            return usage(f"--bandwidth: expected a rate such as 400Gbit/s or 50GB/s, got {args.bandwidth!r}")
+    elif args.prometheus is None:
+        return usage(
+            "--bandwidth is required (or --prometheus with --node or --path to take it from the probes)"
         )
+    if args.prometheus is None and (args.node or args.path or args.probe):
+        return usage("--node, --path and --probe read from Prometheus: give --prometheus URL")
+    if args.prometheus is not None and not (args.node or args.path):
+        return usage("--prometheus: name the --node NAME or the --path A,B whose bandwidth to take")
+    try:
+        workload = _workload(args, accumulation=args.accumulation, latency_seconds=args.latency)
         if not 0 < args.target_efficiency <= 1:
             raise ValueError(f"target efficiency must be in (0, 1], not {args.target_efficiency}")
     except ValueError as err:
-        print(f"clusterhealth model: {err}", file=sys.stderr)
-        return model.EXIT_USAGE
-    return model.run(model.Request(workload, bandwidth, args.target_efficiency), args.json)
+        return usage(str(err))
+    request = model.Request(workload, bandwidth or 0.0, args.target_efficiency)
+    if args.prometheus is None:
+        return model.run(request, args.json)
+    if not urllib.parse.urlsplit(args.prometheus).scheme.startswith("http"):
+        return usage(f"--prometheus: expected http(s)://HOST:PORT, got {args.prometheus!r}")
+    path = None
+    if args.path is not None:
+        ends = [end.strip() for end in args.path.split(",")]
+        if len(ends) != 2 or not all(ends) or ends[0] == ends[1]:
+            return usage(f"--path: expected two different nodes as A,B, got {args.path!r}")
+        path = (min(ends), max(ends))  # as analyze names a path
+    if args.probe is not None and not analyzing.valid_probe(args.probe):
+        return usage(f"--probe: expected a probe name, got {args.probe!r}")
+    try:
+        window = analyzing.parse_duration(args.window)
+    except ValueError as err:
+        return usage(f"--window: {err}")
+    source = model.Source(args.prometheus, args.probe, window, node=args.node, path=path)
+    return model.run_measured(request, source, bandwidth, args.json)
 
 
 def _probe_parse(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 Pure functions of measured or stated inputs, in base units (bytes, seconds, bytes per second).
 They are the arithmetic behind `clusterhealth model` and behind the `impact` that `analyze`
-puts on every suspect.
+puts on every suspect and on a fleet-wide slowdown (``impact`` below).
 
 The conventions are nccl-tests' (doc/PERFORMANCE.md in NVIDIA/nccl-tests):
 
@@ -26,7 +26,8 @@ all-reduce multiplies the compute per synchronisation by k and so divides γ by 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 # Bus-bandwidth factor of each collective as a function of the rank count n (nccl-tests).
@@ -205,3 +206,121 @@ def slowdown(workload: Workload, reference_bandwidth: float, bandwidth: float) -
 def _check_fraction(name: str, value: float) -> None:
     if not 0 <= value <= 1:
         raise ValueError(f"{name} must be between 0 and 1, not {value}")
+
+
+# --- the price of a suspect (analyze's `impact`) ---------------------------------------------
+
+# The stated workload a suspect is priced for when no job attribution names the real jobs: a
+# 7B-parameter model's BF16 gradients reduced once a step by a 64-GPU data-parallel job computing
+# 1 s a step, nothing overlapped (docs/cost.md, docs/fabric.md). analyze's flags change it.
+IMPACT_WORKLOAD = Workload(params=7e9, bytes_per_param=2, gpus=64, compute_seconds=1.0, overlap=0.0)
+HOURS_PER_DAY = 24
+
+
+@dataclass(frozen=True)
+class Job:
+    """A workload of clusterhealth_gpu_job_info on a suspect's node, with its GPUs everywhere."""
+
+    scheduler: str
+    job: str
+    namespace: str
+    pod: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Impact:
+    """What a bandwidth at ``bandwidth_ratio`` of the reference costs a job whose ring crosses it."""
+
+    bandwidth_ratio: float
+    reference_bandwidth: float  # bytes/s
+    workload: Workload
+    step_slowdown: float  # math.inf when no bandwidth is left (the collective never completes)
+    gpu_hours_per_day: float
+    jobs: tuple[tuple[Job, float, float], ...] | None = None  # (job, step slowdown, GPU-hours/day)
+
+    @property
+    def allreduce_slowdown(self) -> float:
+        return math.inf if self.bandwidth_ratio <= 0 else 1 / self.bandwidth_ratio
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.workload
+        document: dict[str, Any] = {
+            "bandwidth_ratio": self.bandwidth_ratio,
+            "allreduce_slowdown": _finite(self.allreduce_slowdown),
+            "step_slowdown": _finite(self.step_slowdown),
+            "gpu_hours_per_day": self.gpu_hours_per_day,
+            "workload": {
+                "params": w.params,
+                "bytes_per_param": w.bytes_per_param,
+                "gpus": w.gpus,
+                "compute_seconds": w.compute_seconds,
+                "overlap": w.overlap,
+            },
+            "reference_bandwidth_bytes_per_second": self.reference_bandwidth,
+        }
+        if self.jobs is not None:
+            document["jobs"] = [
+                {
+                    "scheduler": job.scheduler,
+                    "job": job.job,
+                    "namespace": job.namespace,
+                    "pod": job.pod,
+                    "gpus": job.gpus,
+                    "step_slowdown": _finite(step),
+                    "gpu_hours_per_day": lost,
+                }
+                for job, step, lost in self.jobs
+            ]
+        return document
+
+
+def step_slowdown(workload: Workload, ratio: float, reference_bandwidth: float) -> float:
+    """step(M_ref / r) / step(M_ref), M_ref the ring all-reduce of the workload's gradients at the
+    reference bandwidth (no latency term: a bandwidth ratio says nothing about latency).
+    math.inf when r is 0 and the ring moves anything (a job of one GPU reduces nothing: 1)."""
+    if ratio < 0 or reference_bandwidth <= 0:
+        raise ValueError(f"ratio must not be negative ({ratio}) and the reference must be positive")
+    comm_ref = ring_allreduce_seconds(workload.gradient_bytes, workload.gpus, reference_bandwidth)
+    if comm_ref == 0:
+        return 1.0
+    comm = math.inf if ratio == 0 else comm_ref / ratio
+    compute = workload.compute_per_step
+    return step_seconds(compute, comm, workload.overlap) / step_seconds(compute, comm_ref, workload.overlap)
+
+
+def gpu_hours_per_day(gpus: int, slowdown: float) -> float:
+    """GPU-hours a day a job of ``gpus`` GPUs loses when each step takes ``slowdown`` times longer:
+    it does in a day what it would have done in 24/slowdown hours."""
+    return gpus * HOURS_PER_DAY * (1 - 1 / slowdown)
+
+
+def impact(
+    ratio: float,
+    reference_bandwidth: float,
+    workload: Workload = IMPACT_WORKLOAD,
+    jobs: Sequence[Job] | None = None,
+) -> Impact:
+    """The price of a suspect at ``ratio`` of the reference: for the stated workload, and for each
+    of ``jobs`` (the real ones on its nodes, each with its own GPU count) when given, in which
+    case the GPU-hours per day are theirs, summed."""
+    slowdown = step_slowdown(workload, ratio, reference_bandwidth)
+    lost = gpu_hours_per_day(workload.gpus, slowdown)
+    priced = None
+    if jobs is not None:
+        rows = []
+        for job in jobs:
+            own = replace(workload, gpus=job.gpus)
+            s = step_slowdown(own, ratio, reference_bandwidth)
+            rows.append((job, s, gpu_hours_per_day(job.gpus, s)))
+        priced = tuple(
+            sorted(
+                rows, key=lambda row: (-row[2], row[0].scheduler, row[0].job, row[0].namespace, row[0].pod)
+            )
+        )
+        lost = sum(row[2] for row in priced)
+    return Impact(ratio, reference_bandwidth, workload, slowdown, lost, priced)
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else value

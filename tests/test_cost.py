@@ -199,6 +199,38 @@ def test_a_workload_out_of_range_is_refused(kw: dict) -> None:
         _workload(**kw)
 
 
+# --- impact: the price analyze puts on a suspect (tests/test_fabric_analysis.py has the worked ones)
+
+
+@quick
+@given(r1=st.floats(0.0, 1.0), r2=st.floats(0.0, 1.0), eta=fraction, n=st.integers(2, 4096))
+def test_a_slower_suspect_never_costs_less(r1: float, r2: float, eta: float, n: int) -> None:
+    w = _workload(gpus=n, overlap=eta, compute_seconds=1.0)
+    lo, hi = sorted((r1, r2))
+    slow, fast = cost.impact(lo, 1.25e9, w), cost.impact(hi, 1.25e9, w)
+    assert slow.step_slowdown * (1 + 1e-12) >= fast.step_slowdown >= 1 - 1e-12
+    assert slow.gpu_hours_per_day * (1 + 1e-12) >= fast.gpu_hours_per_day
+    assert 0 <= slow.gpu_hours_per_day <= n * 24
+
+
+def test_the_impact_at_its_limits() -> None:
+    w = _workload(gpus=64, compute_seconds=1.0)
+    at_reference = cost.impact(1.0, 1.25e9, w)
+    assert at_reference.step_slowdown == 1.0 and at_reference.gpu_hours_per_day == 0.0
+    # Nothing gets through: the all-reduce never completes and the job loses every GPU-hour.
+    dead = cost.impact(0.0, 1.25e9, w)
+    assert math.isinf(dead.step_slowdown) and math.isinf(dead.allreduce_slowdown)
+    assert dead.gpu_hours_per_day == 64 * 24
+    assert dead.to_dict()["step_slowdown"] is None and dead.to_dict()["allreduce_slowdown"] is None
+    # One GPU reduces nothing: no price whatever the bandwidth.
+    alone = cost.impact(0.0, 1.25e9, _workload(gpus=1))
+    assert alone.step_slowdown == 1.0 and alone.gpu_hours_per_day == 0.0
+    # The slowdown of the step model, as `model` computes it, without a latency term.
+    assert cost.impact(0.3, 1.25e9, w).step_slowdown == pytest.approx(cost.slowdown(w, 1.25e9, 0.3 * 1.25e9))
+    with pytest.raises(ValueError):
+        cost.impact(-0.1, 1.25e9, w)
+
+
 # --- the command ----------------------------------------------------------------------------
 
 ARGS = [
@@ -245,13 +277,19 @@ def test_model_table_prints_gb_and_gib(capsys: pytest.CaptureFixture[str]) -> No
         ("--params", "seven", "expected a count"),
         ("--overlap", "2", "overlap must be between 0 and 1"),
         ("--target-efficiency", "0", "target efficiency"),
+        ("--bandwidth", None, "--bandwidth is required"),
+        ("--node", "h3", "give --prometheus URL"),
+        ("--path", "h2,h5", "give --prometheus URL"),
+        ("--prometheus", "http://127.0.0.1:9", "name the --node NAME or the --path A,B"),
     ],
 )
 def test_model_refuses_bad_input_with_exit_2(
-    flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+    flag: str, value: str | None, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = list(ARGS)
-    if flag in args:
+    if flag in args and value is None:
+        del args[args.index(flag) : args.index(flag) + 2]
+    elif flag in args:
         args[args.index(flag) + 1] = value
     else:
         args += [flag, value]

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from clusterhealth.checks.cost import Job, Workload
 from clusterhealth.checks.fabric import simulation as sim
 from clusterhealth.checks.fabric.analysis import (
     Analysis,
@@ -34,6 +35,31 @@ def _run(
     expected: float | None = None,
     scale: float = 1.0,
 ) -> Analysis:
+    meetings = _run_meetings(
+        n,
+        healthy_rounds,
+        faulty_rounds,
+        bad_hosts=bad_hosts,
+        bad_paths=bad_paths,
+        seed=seed,
+        p_busy=p_busy,
+        scale=scale,
+    )
+    window = (healthy_rounds + faulty_rounds) * PERIOD
+    return analyze("fabric", meetings, window_seconds=window, expected=expected)
+
+
+def _run_meetings(
+    n: int,
+    healthy_rounds: int,
+    faulty_rounds: int,
+    *,
+    bad_hosts: dict[str, float] | None = None,
+    bad_paths: dict[frozenset[str], float] | None = None,
+    seed: int = 7,
+    p_busy: float = 0.01,
+    scale: float = 1.0,
+) -> list[Meeting]:
     fleet = sim.Fleet(sim.node_names(n), p_busy=p_busy, nominal=10 * GBIT * scale)
     group = sim.Group(fleet, random.Random(seed))
     rounds = [group.play(r) for r in range(100, 100 + healthy_rounds)]
@@ -41,8 +67,7 @@ def _run(
     fleet.bad_paths.update(bad_paths or {})
     start = 100 + healthy_rounds
     rounds += [group.play(r) for r in range(start, start + faulty_rounds)]
-    meetings = merge(sim.reports(rounds, PERIOD))
-    return analyze("fabric", meetings, window_seconds=len(rounds) * PERIOD, expected=expected)
+    return merge(sim.reports(rounds, PERIOD))
 
 
 def _names(items: list) -> set[tuple[str, str]]:  # type: ignore[type-arg]
@@ -199,7 +224,7 @@ def test_json_has_the_spec_keys() -> None:
     assert list(data)[:5] == ["probe", "window_seconds", "nodes", "rounds", "suspects"]
     assert data["probe"] == "fabric" and data["nodes"] == 16 and data["rounds"] == 23
     suspect = data["suspects"][0]
-    assert list(suspect) == ["kind", "suspect", "hosts", "evidence"]
+    assert list(suspect) == ["kind", "suspect", "hosts", "evidence", "impact"]
     assert suspect["kind"] == "host" and suspect["suspect"] == "h3" and suspect["hosts"] == ["h3"]
     table = render_table(result)
     assert "SUSPECT" in table and "\nh3 " in table and "host" in table
@@ -481,4 +506,195 @@ def test_a_slow_fleet_is_still_one_finding_with_its_reference() -> None:
     meetings = [_meeting(m.round, m.a, m.b, 6.0, True) for m in _round_robin(nodes, 0, 5)]
     result = analyze("fabric", meetings, window_seconds=5 * PERIOD, expected=10 * GBIT)
     assert result.fleet_slowdown and result.suspects == [] and result.reference == 6 * GBIT
-    assert result.to_dict()["fleet"] == {"slowdown": True, "median_to_expected_ratio": 0.6}
+    fleet = result.to_dict()["fleet"]
+    assert fleet["slowdown"] is True and fleet["median_to_expected_ratio"] == 0.6
+    # The fleet's price: r = 6/10 of the expectation (10 Gbit/s = 1.25e9 B/s), the default job.
+    # M_ref = 2·63/64 · 14e9 B / 1.25e9 B/s = 22.05 s; M = 22.05 / 0.6 = 36.75 s; steps 23.05 s and
+    # 37.75 s: ×1.6377; 64 GPUs × 24 h × (1 − 23.05/37.75) = 1536 × 14.7/37.75 = 598.12 GPU-h/day.
+    impact = fleet["impact"]
+    assert impact["bandwidth_ratio"] == pytest.approx(0.6)
+    assert impact["allreduce_slowdown"] == pytest.approx(1 / 0.6)
+    assert impact["reference_bandwidth_bytes_per_second"] == 10 * GBIT
+    assert impact["step_slowdown"] == pytest.approx(37.75 / 23.05)
+    assert impact["gpu_hours_per_day"] == pytest.approx(1536 * 14.7 / 37.75)
+    assert "costs all-reduce x1.67, step x1.64, 598 GPU-h/day to a job of 64 GPUs" in render_table(result)
+    # No expectation exported, or the fleet within 0.8 of it: no fleet finding, no price.
+    alone = analyze("fabric", meetings, window_seconds=5 * PERIOD)
+    assert alone.to_dict()["fleet"] == {"slowdown": False, "median_to_expected_ratio": None, "impact": None}
+    fine = analyze("fabric", meetings, window_seconds=5 * PERIOD, expected=7 * GBIT)
+    assert fine.to_dict()["fleet"] == {"slowdown": False, "median_to_expected_ratio": 0.857, "impact": None}
+
+
+# --- the price of a suspect (impact) --------------------------------------------------------------
+#
+# The default job (checks/cost.py IMPACT_WORKLOAD): 7e9 parameters × 2 bytes = S = 14e9 bytes of
+# gradients, 64 GPUs, 1 s of compute a step, no overlap. At the reference 10 Gbit/s = 1.25e9 B/s a
+# ring all-reduce takes M_ref = 2·63/64 · 14e9 / 1.25e9 = 1.96875 × 11.2 = 22.05 s, a step 23.05 s.
+# Through a host or path at r = 0.5: M = 44.1 s, a step 45.1 s, so
+#   allreduce_slowdown = 2, step_slowdown = 45.1 / 23.05 = 1.95662,
+#   gpu_hours_per_day = 64 × 24 × (1 − 23.05/45.1) = 1536 × 22.05/45.1 = 750.971.
+HALF_STEP = 45.1 / 23.05
+HALF_LOST = 1536 * 22.05 / 45.1
+
+
+def _impact(s) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    return s.to_dict()["impact"]
+
+
+def test_a_host_at_half_the_reference_costs_the_default_job_this_much() -> None:
+    result = _verdict(HOST_IN_THREE_ROUNDS)
+    (host,) = result.suspects
+    impact = _impact(host)
+    assert impact["bandwidth_ratio"] == 0.5  # x measured 5 against a reference of 10 (x left out)
+    assert impact["allreduce_slowdown"] == 2.0
+    assert impact["step_slowdown"] == pytest.approx(HALF_STEP, rel=1e-12)
+    assert impact["gpu_hours_per_day"] == pytest.approx(HALF_LOST, rel=1e-12)
+    assert impact["reference_bandwidth_bytes_per_second"] == 10 * GBIT
+    assert impact["workload"] == {
+        "params": 7e9,
+        "bytes_per_param": 2,
+        "gpus": 64,
+        "compute_seconds": 1.0,
+        "overlap": 0.0,
+    }
+    assert "jobs" not in impact, "no job attribution: the stated job alone"
+
+
+def test_a_path_is_priced_from_its_own_meetings() -> None:
+    # p and q measured 5 and 5 against 10: r = 0.5, the same price as a host at half speed. At 2.5
+    # and 5 the median is 3.75: r = 0.375, M = 22.05/0.375 = 58.8 s, step 59.8 s, ×59.8/23.05.
+    (path,) = _verdict(PATH.format(q4="d")).suspects
+    assert _impact(path)["bandwidth_ratio"] == 0.5
+    assert _impact(path)["gpu_hours_per_day"] == pytest.approx(HALF_LOST)
+    (slower,) = _verdict(PATH.format(q4="d").replace("1 p q 5", "1 p q 2.5")).suspects
+    assert _impact(slower)["bandwidth_ratio"] == 0.375
+    assert _impact(slower)["step_slowdown"] == pytest.approx(59.8 / 23.05)
+    assert _impact(slower)["gpu_hours_per_day"] == pytest.approx(1536 * (1 - 23.05 / 59.8))
+
+
+@pytest.mark.parametrize(
+    ("workload", "step", "lost"),
+    [
+        # 1e9 × 2 = 2e9 bytes over 8 GPUs: M_ref = 2·7/8 · 2e9/1.25e9 = 2.8 s, M = 5.6 s.
+        # Compute 0.5 s fully overlapped: steps max(0.5, 2.8) = 2.8 s and 5.6 s, ×2;
+        # 8 × 24 × (1 − 1/2) = 96 GPU-h/day.
+        (Workload(params=1e9, bytes_per_param=2, gpus=8, compute_seconds=0.5, overlap=1.0), 2.0, 96.0),
+        # Compute 4 s, half overlapped: 4 + 2.8 − 0.5·2.8 = 5.4 s and 4 + 5.6 − 0.5·4 = 7.6 s,
+        # ×7.6/5.4 = 1.4074; 192 × (1 − 5.4/7.6) = 192 × 2.2/7.6 = 55.58 GPU-h/day.
+        (
+            Workload(params=1e9, bytes_per_param=2, gpus=8, compute_seconds=4.0, overlap=0.5),
+            7.6 / 5.4,
+            192 * 2.2 / 7.6,
+        ),
+        # A compute-bound job hardly notices: 1e6 parameters × 4 bytes on 2 GPUs, M_ref = 3.2 ms,
+        # 10 s compute: (10.0064)/(10.0032) = ×1.00032, 48 × 0.0032/10.0064 = 0.01535 GPU-h/day.
+        (
+            Workload(params=1e6, bytes_per_param=4, gpus=2, compute_seconds=10.0),
+            10.0064 / 10.0032,
+            48 * 0.0032 / 10.0064,
+        ),
+    ],
+)
+def test_the_stated_workload_sets_the_price(workload: Workload, step: float, lost: float) -> None:
+    meetings = _table(HOST_IN_THREE_ROUNDS)
+    result = analyze("fabric", meetings, window_seconds=3 * PERIOD, workload=workload)
+    impact = _impact(result.suspects[0])
+    assert impact["step_slowdown"] == pytest.approx(step, rel=1e-12)
+    assert impact["gpu_hours_per_day"] == pytest.approx(lost, rel=1e-12)
+    assert impact["workload"]["gpus"] == workload.gpus and impact["workload"]["overlap"] == workload.overlap
+    assert result.workload == workload
+
+
+# x (the suspect) runs a 16-GPU Slurm job (its other GPUs elsewhere), a 4-GPU pod, and a 1-GPU job;
+# a, its partner, runs a job of its own.
+JOBS = {
+    "x": [
+        Job("slurm", "4242", "", "", 16),
+        Job("kubernetes", "", "ml", "trainer-0", 4),
+        Job("slurm", "9", "", "", 1),
+    ],
+    "a": [Job("slurm", "77", "", "", 64)],
+}
+
+
+def test_the_jobs_on_a_suspects_node_are_priced_each_with_its_own_gpus() -> None:
+    result = analyze("fabric", _table(HOST_IN_THREE_ROUNDS), window_seconds=3 * PERIOD, jobs=JOBS)
+    impact = _impact(result.suspects[0])
+    # Job 4242, 16 GPUs: M_ref = 2·15/16 · 11.2 = 21 s, M = 42 s; steps 22 s and 43 s: ×43/22;
+    # 16 × 24 × (1 − 22/43) = 384 × 21/43 = 187.535 GPU-h/day.
+    # Pod ml/trainer-0, 4 GPUs: M_ref = 2·3/4 · 11.2 = 16.8 s, M = 33.6 s; steps 17.8 and 34.6 s:
+    # ×34.6/17.8; 96 × 16.8/34.6 = 46.613 GPU-h/day.
+    # Job 9, one GPU: no all-reduce at all, ×1, nothing lost.
+    assert impact["jobs"] == [
+        {
+            "scheduler": "slurm",
+            "job": "4242",
+            "namespace": "",
+            "pod": "",
+            "gpus": 16,
+            "step_slowdown": pytest.approx(43 / 22),
+            "gpu_hours_per_day": pytest.approx(384 * 21 / 43),
+        },
+        {
+            "scheduler": "kubernetes",
+            "job": "",
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "gpus": 4,
+            "step_slowdown": pytest.approx(34.6 / 17.8),
+            "gpu_hours_per_day": pytest.approx(96 * 16.8 / 34.6),
+        },
+        {
+            "scheduler": "slurm",
+            "job": "9",
+            "namespace": "",
+            "pod": "",
+            "gpus": 1,
+            "step_slowdown": 1.0,
+            "gpu_hours_per_day": 0.0,
+        },
+    ]
+    # The top level: their sum; the step slowdown stays the stated job's.
+    assert impact["gpu_hours_per_day"] == pytest.approx(384 * 21 / 43 + 96 * 16.8 / 34.6)
+    assert impact["step_slowdown"] == pytest.approx(HALF_STEP)
+    table = render_table(result)
+    assert "jobs on x: slurm job 4242 (16 GPUs) step x1.95, 188 GPU-h/day; pod ml/trainer-0 (4 GPUs)" in table
+    row = next(line for line in table.splitlines() if line.startswith("x "))
+    assert row.split()[:5] == ["x", "host", "0.50", "x1.96", "234"]
+    # Job attribution that knows no job on x: the stated job's price, no jobs key.
+    bare = analyze("fabric", _table(HOST_IN_THREE_ROUNDS), window_seconds=3 * PERIOD, jobs={"a": JOBS["a"]})
+    assert "jobs" not in _impact(bare.suspects[0])
+    assert _impact(bare.suspects[0])["gpu_hours_per_day"] == pytest.approx(HALF_LOST)
+
+
+def test_a_node_nobody_can_reach_costs_its_job_everything() -> None:
+    # Every meeting of h4 failed: r = 0, the all-reduce never completes (null in the JSON, "stalled"
+    # in the table), and a job spanning it loses all its GPU-hours: 64 × 24 = 1536.
+    meetings = [
+        _meeting(m.round, m.a, m.b, None, False) if "h4" in (m.a, m.b) and m.round >= 9 else m
+        for m in _round_robin(sim.node_names(8), 0, 12)
+    ]
+    result = analyze("fabric", meetings, window_seconds=12 * PERIOD)
+    impact = _impact(result.suspects[0])
+    assert impact["bandwidth_ratio"] == 0.0
+    assert impact["allreduce_slowdown"] is None and impact["step_slowdown"] is None
+    assert impact["gpu_hours_per_day"] == 1536.0
+    row = next(line for line in render_table(result).splitlines() if line.startswith("h4 "))
+    assert row.split()[:5] == ["h4", "host", "0.00", "stalled", "1536"]
+
+
+def test_suspects_are_ranked_by_the_gpu_hours_they_cost() -> None:
+    # A host at 0.5 and a path at 0.25: with the stated job the path costs more and comes first.
+    n, healthy = 64, 30
+    met = _first_meeting(n, "h10", "h20", 100 + healthy + 3)
+    faulty = met - (100 + healthy) + 2
+    kw = {"bad_hosts": {"h3": 0.5}, "bad_paths": {sim.path("h10", "h20"): 0.25}}
+    result = _run(n, healthy, faulty, **kw)  # type: ignore[arg-type]
+    assert [s.name for s in result.suspects] == ["h10<->h20", "h3"]
+    lost = [s.impact.gpu_hours_per_day for s in result.suspects if s.impact]
+    assert lost == sorted(lost, reverse=True) and len(lost) == 2
+    # A 512-GPU job on h3 and a 2-GPU job on h10: h3's job now loses more, h3 comes first.
+    jobs = {"h3": [Job("slurm", "big", "", "", 512)], "h10": [Job("slurm", "small", "", "", 2)]}
+    meetings = _run_meetings(n, healthy, faulty, **kw)  # type: ignore[arg-type]
+    ranked = analyze("fabric", meetings, window_seconds=(healthy + faulty) * PERIOD, jobs=jobs)
+    assert [s.name for s in ranked.suspects] == ["h3", "h10<->h20"]

@@ -9,6 +9,11 @@ stores): an evaluated range query would show a partner's result again beside the
 number, one meeting counted twice. `analyze` reads samples as scraped, so every meeting counts
 once.
 
+Beside the groups, `clusterhealth_gpu_job_info` names the jobs on the nodes of one of them, as
+Prometheus stores it (the workload's `job` as `exported_job`, empty labels absent), so that each
+suspect's `impact` is priced for those jobs; `clusterhealth model --prometheus` reads the same
+history for a node's or a path's measured bandwidth.
+
 A second Prometheus serves a copy of the same blocks with a remote store that does not answer:
 its answers carry `warnings` (partial data).
 """
@@ -165,6 +170,17 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
             families.setdefault(name, []).append(line)
     # A node nobody can reach: its runs measure nothing, only peer_success 0 is exported.
     add("unreachable", _group("unreachable", LAST - 3, bad_hosts={"h4": 0.0}))
+    # Nodes of their own (jobs-h1..jobs-h8, agents and names), jobs-h3 bad, with the jobs on them.
+    jobs = sim.exposition_history(
+        "jobfault",
+        sim.shifted(_group("jobfault", LAST - 2, bad_hosts={"h3": 0.5}), shift),
+        PERIOD,
+        sim.node_names(N),
+        scrape_interval=SCRAPE,
+    )
+    for name, lines in jobs.items():
+        families.setdefault(name, []).extend(line.replace('"h', '"jobs-h') for line in lines)
+    families[JOB_INFO] = list(_job_info(shift))
     add("partial", _group("partial"))
     # One more agent of the "partial" group whose node_info Prometheus never got.
     stray = sim.exposition_history(
@@ -217,6 +233,37 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         for process, _ in served:
             process.terminate()
             process.wait(timeout=30)
+
+
+JOB_INFO = "clusterhealth_gpu_job_info"
+# (node, GPUs, labels): job 4242 runs on jobs-h3, jobs-h6 and jobs-h7 (16 GPUs), a pod on jobs-h3's
+# other four GPUs, job 77 on jobs-h1 alone; job 13 ran on jobs-h3 until half an hour before the end.
+JOBS = [
+    ("jobs-h3", range(4), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
+    ("jobs-h6", range(4), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
+    ("jobs-h7", range(8), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
+    (
+        "jobs-h3",
+        range(4, 8),
+        'container="trainer",namespace="ml",pod="trainer-0",scheduler="kubernetes",source="pod_resources"',
+    ),
+    ("jobs-h1", range(8), 'exported_job="77",scheduler="slurm",source="cgroup"'),
+]
+ENDED = ("jobs-h3", range(4), 'exported_job="13",scheduler="slurm",source="mapping_dir"')
+
+
+def _job_info(shift: int) -> Iterator[str]:
+    """The jobs' series as scraped over the last twenty rounds and up to now (the job that ended, up
+    to half an hour before the data's end)."""
+    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 2 + shift) * PERIOD
+    for (node, gpus, labels), until in [*((job, end) for job in JOBS), (ENDED, end - 1800)]:
+        for gpu in gpus:
+            target = f'instance="{node}:9845",job="clusterhealth"'
+            series = f'{JOB_INFO}{{{target},gpu="{gpu}",uuid="GPU-{node}-{gpu}",{labels}}}'
+            t = start + 7
+            while t < until:
+                yield f"{series} 1 {t:.3f}"
+                t += SCRAPE
 
 
 @dataclass(frozen=True)
@@ -435,3 +482,220 @@ def test_bad_arguments_exit_2() -> None:
     assert _analyze("--prometheus", "http://127.0.0.1:9", "--window", "soon").returncode == 2
     assert _analyze("--prometheus", "127.0.0.1:9090").returncode == 2
     assert _analyze("--prometheus", "http://127.0.0.1:9", "--probe", 'x"}').returncode == 2
+
+
+# --- impact: the price of a suspect --------------------------------------------------------------
+#
+# The contract's formula, written out again here: S = 7e9 × 2 bytes, a ring over g GPUs at the
+# reference B takes M_ref = 2(g−1)/g · S/B, through the suspect M_ref/r; step = 1 s + M.
+
+S = 7e9 * 2
+
+
+def _price(r: float, reference: float, gpus: int = 64) -> tuple[float, float]:
+    m_ref = 2 * (gpus - 1) / gpus * S / reference
+    step = (1 + m_ref / r) / (1 + m_ref)
+    return step, gpus * 24 * (1 - 1 / step)
+
+
+def test_the_bad_host_and_the_bad_path_carry_their_price(prometheus: str) -> None:
+    for probe, suspect in (("hostfault", "h3"), ("pathfault", "h2<->h5")):
+        code, result = _json(prometheus, probe)
+        assert code == 1
+        (named,) = result["suspects"]
+        assert named["suspect"] == suspect
+        impact = named["impact"]
+        r = impact["bandwidth_ratio"]
+        assert 0.45 <= r <= 0.55, "shaped to half, ±5 % jitter"
+        assert r == pytest.approx(named["evidence"]["median_ratio"], abs=0.0005)
+        assert impact["allreduce_slowdown"] == pytest.approx(1 / r)
+        reference = result["reference_bandwidth_bytes_per_second"]
+        assert impact["reference_bandwidth_bytes_per_second"] == reference
+        assert 0.95 * 1.25e9 <= reference <= 1.05 * 1.25e9
+        step, lost = _price(r, reference)
+        assert impact["step_slowdown"] == pytest.approx(step, rel=1e-9)
+        assert impact["gpu_hours_per_day"] == pytest.approx(lost, rel=1e-9)
+        assert impact["workload"] == {
+            "params": 7e9,
+            "bytes_per_param": 2,
+            "gpus": 64,
+            "compute_seconds": 1.0,
+            "overlap": 0.0,
+        }
+        assert "jobs" not in impact, "no job runs on these nodes"
+    assert result["fleet"]["impact"] is None, "no fleet-wide slowdown"
+
+
+def test_the_stated_workload_comes_from_the_flags(prometheus: str) -> None:
+    code, result = _json(
+        prometheus, "hostfault", "--params", "70B", "--bytes-per-param", "4", "--gpus", "8",
+        "--compute-seconds", "30", "--overlap", "0.5",
+    )  # fmt: skip
+    assert code == 1
+    impact = result["suspects"][0]["impact"]
+    assert impact["workload"] == {
+        "params": 70e9,
+        "bytes_per_param": 4,
+        "gpus": 8,
+        "compute_seconds": 30.0,
+        "overlap": 0.5,
+    }
+    # 280e9 bytes over 8 GPUs at B: M_ref = 1.75 · 280e9 / B; step = 30 + M − 0.5·min(30, M).
+    r, reference = impact["bandwidth_ratio"], result["reference_bandwidth_bytes_per_second"]
+    m_ref = 1.75 * 280e9 / reference
+
+    def step(m: float) -> float:
+        return 30 + m - 0.5 * min(30, m)
+
+    assert impact["step_slowdown"] == pytest.approx(step(m_ref / r) / step(m_ref), rel=1e-9)
+    assert impact["gpu_hours_per_day"] == pytest.approx(
+        8 * 24 * (1 - step(m_ref) / step(m_ref / r)), rel=1e-9
+    )
+    assert _analyze("--prometheus", prometheus, "--probe", "hostfault", "--overlap", "2").returncode == 2
+    assert _analyze("--prometheus", prometheus, "--probe", "hostfault", "--params", "many").returncode == 2
+
+
+def test_the_jobs_on_the_suspect_are_priced_with_their_own_gpus(prometheus: str) -> None:
+    code, result = _json(prometheus, "jobfault")
+    assert code == 1
+    (host,) = result["suspects"]
+    assert host["suspect"] == "jobs-h3"
+    impact = host["impact"]
+    r, reference = impact["bandwidth_ratio"], result["reference_bandwidth_bytes_per_second"]
+    assert 0.45 <= r <= 0.55
+    # Job 4242 with all its 16 GPUs (jobs-h3, jobs-h6, jobs-h7), the pod with its 4; not job 77
+    # (jobs-h1 only), nor job 13, which ended half an hour ago.
+    step_16, lost_16 = _price(r, reference, 16)
+    step_4, lost_4 = _price(r, reference, 4)
+    assert impact["jobs"] == [
+        {
+            "scheduler": "slurm",
+            "job": "4242",
+            "namespace": "",
+            "pod": "",
+            "gpus": 16,
+            "step_slowdown": pytest.approx(step_16, rel=1e-9),
+            "gpu_hours_per_day": pytest.approx(lost_16, rel=1e-9),
+        },
+        {
+            "scheduler": "kubernetes",
+            "job": "",
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "gpus": 4,
+            "step_slowdown": pytest.approx(step_4, rel=1e-9),
+            "gpu_hours_per_day": pytest.approx(lost_4, rel=1e-9),
+        },
+    ]
+    assert impact["gpu_hours_per_day"] == pytest.approx(lost_16 + lost_4, rel=1e-9)
+    assert impact["step_slowdown"] == pytest.approx(_price(r, reference)[0], rel=1e-9)
+    table = _analyze("--prometheus", prometheus, "--probe", "jobfault", "--window", "2h").stdout
+    assert "jobs on jobs-h3: slurm job 4242 (16 GPUs) step x" in table
+    assert "pod ml/trainer-0 (4 GPUs)" in table
+
+
+def test_a_table_row_shows_the_price(prometheus: str) -> None:
+    _, result = _json(prometheus, "hostfault")
+    impact = result["suspects"][0]["impact"]
+    table = _analyze("--prometheus", prometheus, "--probe", "hostfault", "--window", "2h").stdout
+    row = next(line for line in table.splitlines() if line.startswith("h3 "))
+    assert row.split()[3:5] == [f"x{impact['step_slowdown']:.2f}", f"{impact['gpu_hours_per_day']:.0f}"]
+    assert "STEP: how much longer a step takes for a data-parallel job of 64 GPUs" in table
+
+
+# --- clusterhealth model --prometheus --------------------------------------------------------------
+
+WORKLOAD_ARGS = ["--params", "7B", "--bytes-per-param", "2", "--gpus", "64", "--compute-seconds", "1"]
+
+
+def _model(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLUSTERHEALTH, "model", *WORKLOAD_ARGS, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_model_takes_a_nodes_measured_bandwidth(prometheus: str) -> None:
+    done = _model(
+        "--prometheus", prometheus, "--probe", "hostfault", "--node", "h3", "--window", "2h", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    measured = doc["measured"]
+    # h3's latest three meetings, all in the rounds it was bad, each with h3.
+    rounds = [m["round"] - SHIFT[0] for m in measured["meetings"]]
+    assert len(rounds) == 3 and min(rounds) >= LAST - 2, rounds
+    assert all("h3" in m["hosts"] for m in measured["meetings"])
+    bandwidth = doc["bandwidth_bytes_per_second"]
+    assert bandwidth == sorted(m["bandwidth_bytes_per_second"] for m in measured["meetings"])[1]
+    assert measured["bandwidth_bytes_per_second"] == bandwidth
+    # Nominal: the group's reference, which analyze judges against.
+    _, analyzed = _json(prometheus, "hostfault")
+    reference = analyzed["reference_bandwidth_bytes_per_second"]
+    assert measured["nominal_from"] == "reference"
+    assert measured["reference_bandwidth_bytes_per_second"] == reference
+    assert doc["nominal"]["bandwidth_bytes_per_second"] == reference
+    assert 0.45 <= doc["bandwidth_ratio"] <= 0.55 and doc["bandwidth_ratio"] == pytest.approx(
+        bandwidth / reference
+    )
+    # SPEC's keys, at the measured bandwidth; the same at the nominal one beside them.
+    m, m_ref = 2 * 63 / 64 * S / bandwidth, 2 * 63 / 64 * S / reference
+    assert doc["allreduce_seconds"] == pytest.approx(m) and doc["nominal"][
+        "allreduce_seconds"
+    ] == pytest.approx(m_ref)
+    assert doc["step_seconds"] == pytest.approx(1 + m) and doc["nominal"]["step_seconds"] == pytest.approx(
+        1 + m_ref
+    )
+    assert doc["step_slowdown"] == pytest.approx((1 + m) / (1 + m_ref))
+    for key in (
+        "gradient_bytes",
+        "comm_compute_ratio",
+        "scaling_efficiency",
+        "bandwidth_for_target_bytes_per_second",
+    ):
+        assert key in doc and key in doc["nominal"]
+    # The table puts them side by side.
+    table = _model("--prometheus", prometheus, "--probe", "hostfault", "--node", "h3", "--window", "2h")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert "nominal (the group's reference)" in table.stdout and "measured (h3)" in table.stdout
+    step = next(line for line in lines if line.startswith("step "))
+    assert step.split()[1:] == [f"{1 + m_ref:.3f}", "s", f"{1 + m:.3f}", "s"]
+    assert f"x{(1 + m) / (1 + m_ref):.2f} a step" in table.stdout
+
+
+def test_model_takes_a_paths_measured_bandwidth_against_a_stated_nominal(prometheus: str) -> None:
+    done = _model(
+        "--prometheus", prometheus, "--probe", "pathfault", "--path", "h5,h2", "--window", "2h",
+        "--bandwidth", "10Gbit/s", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    measured = doc["measured"]
+    assert measured["path"] == ["h2", "h5"], "named as analyze names it"
+    assert [m["hosts"] for m in measured["meetings"]] == [["h2", "h5"], ["h2", "h5"]]
+    rounds = [m["round"] for m in measured["meetings"]]
+    assert rounds[1] == rounds[0] + 1, "the meeting and its confirmation"
+    values = [m["bandwidth_bytes_per_second"] for m in measured["meetings"]]
+    assert doc["bandwidth_bytes_per_second"] == pytest.approx(sum(values) / 2)
+    assert (
+        measured["nominal_from"] == "--bandwidth" and doc["nominal"]["bandwidth_bytes_per_second"] == 1.25e9
+    )
+    assert 0.45 * 1.25e9 <= doc["bandwidth_bytes_per_second"] <= 0.55 * 1.25e9
+
+
+def test_model_without_such_a_node_or_without_a_subject(prometheus: str) -> None:
+    done = _model("--prometheus", prometheus, "--probe", "hostfault", "--node", "h99", "--window", "2h")
+    assert done.returncode == 3 and "no meeting of node h99 in probe hostfault" in done.stderr
+    done = _model(
+        "--prometheus", prometheus, "--probe", "hostfault", "--path", "h1,jobs-h2", "--window", "2h"
+    )
+    assert done.returncode == 3 and "no meeting of path h1<->jobs-h2" in done.stderr
+    assert _model("--prometheus", prometheus).returncode == 2
+    assert _model("--node", "h3", "--bandwidth", "1GB/s").returncode == 2
+    assert _model("--prometheus", prometheus, "--path", "h2").returncode == 2
+    assert _model("--prometheus", "127.0.0.1:9090", "--node", "h3").returncode == 2
+    assert _model("--prometheus", prometheus, "--node", "h3", "--window", "soon").returncode == 2

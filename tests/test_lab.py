@@ -4,7 +4,9 @@ Three labs of 8 hosts run side by side (their names and addresses never meet): a
 (whose Prometheus is restarted across a round's end), a degraded path, nothing degraded, and a
 lab of 4 hosts with a degraded host, read from its table. Each must name exactly its culprit (the
 path as a path, never as one of its hosts; nobody in the healthy lab), a host at half speed with a
-ratio of about 0.5 and no fleet-wide slowdown. Meanwhile two more labs check the clean-up: one
+ratio of about 0.5 and no fleet-wide slowdown, priced as such: a bandwidth-bound all-reduce through it
+takes twice as long (the lab's links are slow enough that the stated job's step is all
+communication, so its step takes twice as long too). Meanwhile two more labs check the clean-up: one
 interrupted with Ctrl-C although started with SIGINT ignored (as from a background job), one whose
 Prometheus fails to start.
 """
@@ -157,6 +159,7 @@ def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs:
     evidence = result["suspects"][0]["evidence"]
     assert 0.45 <= evidence["median_ratio"] <= 0.55, "tbf at half the common rate"
     assert result["fleet"]["slowdown"] is False and result["reference_excludes"] == ["h3"]
+    _assert_half_speed_price(result["suspects"][0]["impact"], result["reference_bandwidth_bytes_per_second"])
     # Every meeting read is one the schedule made, once: none of round 2 read again in round 3
     # (the series that ended while Prometheus was down carry no staleness marker).
     schedule = Schedule(sim_nodes(HOSTS), "fabric")
@@ -171,6 +174,19 @@ def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs:
     )
 
 
+def _assert_half_speed_price(impact: dict[str, Any], reference: float) -> None:
+    """A suspect at half speed, priced for the stated job (7B × 2 bytes, 64 GPUs, 1 s compute)."""
+    r = impact["bandwidth_ratio"]
+    assert 0.45 <= r <= 0.55 and impact["reference_bandwidth_bytes_per_second"] == reference
+    assert impact["allreduce_slowdown"] == pytest.approx(1 / r)
+    # At ~12 MB/s the ring takes M_ref = 2·63/64 · 14e9 / B ≈ 2,300 s against 1 s of compute.
+    m_ref = 2 * 63 / 64 * 14e9 / reference
+    assert m_ref > 1000
+    step = (1 + m_ref / r) / (1 + m_ref)
+    assert impact["step_slowdown"] == pytest.approx(step) and 1.8 <= step <= 2.2
+    assert impact["gpu_hours_per_day"] == pytest.approx(64 * 24 * (1 - 1 / step))
+
+
 def test_a_degraded_host_of_four_is_that_host_at_half_speed_not_a_slow_fleet(
     labs: dict[str, Running],
 ) -> None:
@@ -180,10 +196,17 @@ def test_a_degraded_host_of_four_is_that_host_at_half_speed_not_a_slow_fleet(
     assert code == 1, err
     assert "FLEET-WIDE SLOWDOWN" not in out, out
     assert "without the meetings of h2" in out, out
-    rows = [line.split(None, 3) for line in out.splitlines() if re.match(r"h\d+(<->h\d+)? ", line)]
+    rows = [line.split(None, 5) for line in out.splitlines() if re.match(r"h\d+(<->h\d+)? ", line)]
     assert [row[:2] for row in rows] == [["h2", "host"]], out
-    assert 0.45 <= float(rows[0][2]) <= 0.55, out
-    evidence = rows[0][3]
+    ratio = float(rows[0][2])
+    assert 0.45 <= ratio <= 0.55, out
+    # Its price: the stated job's step takes about 1/r as long (all communication at these
+    # rates), and the job loses 64 × 24 × (1 − r) GPU-hours a day.
+    step, lost = rows[0][3], float(rows[0][4])
+    assert step.startswith("x") and float(step[1:]) == pytest.approx(1 / ratio, abs=0.03), out
+    assert lost == pytest.approx(64 * 24 * (1 - ratio), abs=10), out
+    assert "STEP: how much longer a step takes for a data-parallel job of 64 GPUs" in out
+    evidence = rows[0][5]
     for partner in ("h1", "h3", "h4"):
         assert len(re.findall(rf"\b{partner} ", evidence)) == 1, evidence
     assert re.search(r"\(\d meetings\)", evidence), "five rounds of four: a partner met twice"
@@ -202,6 +225,7 @@ def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running])
         assert all(s["kind"] == "path" for s in entry.get("suspects", [])), "never one of its hosts"
     evidence = result["suspects"][0]["evidence"]
     assert evidence["rounds"][1] == evidence["rounds"][0] + 1, "a meeting and its confirmation"
+    _assert_half_speed_price(result["suspects"][0]["impact"], result["reference_bandwidth_bytes_per_second"])
     assert result["lab"]["named_after_rounds"] == 3, result["lab"]["history"]
 
 
@@ -209,6 +233,8 @@ def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running]) -> None:
     code, result, err = labs["healthy"].result()
     assert code == 0, err
     assert result["suspects"] == [] and result["lab"]["degraded"] is None
+    # The group's median is near the agents' expectation: no fleet finding, nothing to price.
+    assert result["fleet"]["slowdown"] is False and result["fleet"]["impact"] is None
     assert all(e.get("suspects", []) == [] for e in result["lab"]["history"])
     assert result["rounds"] >= ROUNDS and result["meetings"] >= ROUNDS * HOSTS // 2
 

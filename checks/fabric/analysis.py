@@ -30,6 +30,15 @@ Output (``analyze``): suspects, by two rules, and nothing else names anyone.
   ``host_partners`` partners, is listed apart, never in ``suspects``.
 * **Not enough evidence.** Fewer than ``min_rounds`` rounds in the window: no verdict.
 
+Each suspect, and the fleet finding, carries its price (``impact``, checks/cost.py): the ratio r
+of its bandwidth to the reference (a host's or a path's median ratio over the run of short
+meetings that names it; for a fleet-wide slowdown, the reference against the agents'
+expectation), what a
+bandwidth-bound ring all-reduce through it takes longer (1/r), and the step-time slowdown and
+GPU-hours per day lost by a job spanning it: the stated workload's, or, when job attribution names
+the jobs on the suspect's nodes, each of theirs with its own GPU count, summed. Suspects are
+ranked by those GPU-hours per day.
+
 Pure: no I/O and no clock.
 """
 
@@ -42,6 +51,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from clusterhealth.checks import cost
 
 NODE_INFO = "clusterhealth_node_info"
 BANDWIDTH = "clusterhealth_probe_bandwidth_bytes_per_second"
@@ -121,13 +132,23 @@ class Suspect:
     kind: str  # host or path
     hosts: tuple[str, ...]
     evidence: dict[str, Any]
+    ratio: float = 1.0  # the median ratio of the evidence's meetings, unrounded (0: all failed)
+    impact: cost.Impact | None = None  # named suspects only
 
     @property
     def name(self) -> str:
         return "<->".join(self.hosts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "suspect": self.name, "hosts": list(self.hosts), "evidence": self.evidence}
+        document = {
+            "kind": self.kind,
+            "suspect": self.name,
+            "hosts": list(self.hosts),
+            "evidence": self.evidence,
+        }
+        if self.impact is not None:
+            document["impact"] = self.impact.to_dict()
+        return document
 
 
 @dataclass
@@ -145,6 +166,8 @@ class Analysis:
     fleet_slowdown: bool = False
     problems: tuple[str, ...] = ()  # partial data that was analysed anyway
     reference_excludes: tuple[str, ...] = ()  # nodes whose meetings the reference leaves out
+    workload: cost.Workload = cost.IMPACT_WORKLOAD  # what suspects are priced for
+    fleet_impact: cost.Impact | None = None  # the fleet-wide slowdown's price, when there is one
 
     @property
     def partial(self) -> bool:
@@ -168,7 +191,11 @@ class Analysis:
             "reference_bandwidth_bytes_per_second": self.reference,
             "reference_excludes": list(self.reference_excludes),
             "expected_bandwidth_bytes_per_second": self.expected,
-            "fleet": {"slowdown": self.fleet_slowdown, "median_to_expected_ratio": _round(ratio)},
+            "fleet": {
+                "slowdown": self.fleet_slowdown,
+                "median_to_expected_ratio": _round(ratio),
+                "impact": None if self.fleet_impact is None else self.fleet_impact.to_dict(),
+            },
             "not_enough_evidence": self.not_enough_evidence,
             "partial": self.partial,
             "problems": list(self.problems),
@@ -184,8 +211,13 @@ def analyze(
     expected: float | None = None,
     nodes: Iterable[str] = (),
     problems: Sequence[str] = (),
+    workload: cost.Workload = cost.IMPACT_WORKLOAD,
+    jobs: Mapping[str, Sequence[cost.Job]] | None = None,
 ) -> Analysis:
-    """Suspects of one group from its meetings in the window (see the module docstring)."""
+    """Suspects of one group from its meetings in the window (see the module docstring).
+
+    ``workload`` is what each suspect is priced for; ``jobs``, when job attribution exists, the
+    jobs on each node (by node name), each with its GPU count over the whole cluster."""
     rules = rules or Rules()
     everyone = set(nodes) | {m.a for m in meetings} | {m.b for m in meetings}
     rounds = len({m.round for m in meetings})
@@ -200,6 +232,7 @@ def analyze(
         expected,
         problems=tuple(problems),
         reference_excludes=excluded,
+        workload=workload,
     )
     if rounds < rules.min_rounds:
         result.not_enough_evidence = (
@@ -211,7 +244,11 @@ def analyze(
         result.not_enough_evidence = f"no meeting of probe {probe} in the window measured a bandwidth"
         return result
     if expected is not None and reference < rules.threshold * expected:
+        # The finding, and its price: every job of the group runs at the fleet's pace.
         result.fleet_slowdown = True
+        result.fleet_impact = cost.impact(
+            reference / expected, expected, workload, _jobs_on(jobs, sorted(everyone))
+        )
 
     for m in meetings:
         m.ratio = m.bandwidth / reference if m.bandwidth is not None else None
@@ -301,8 +338,9 @@ def analyze(
             "ongoing": streak[-1] is ms[-1],
         }
         ends_fine = others_a >= rules.clean_partners and others_b >= rules.clean_partners
+        ratio = _median_ratio(streak) or 0.0
         if len(streak) >= rules.path_meetings and ends_fine and clean(a, b) and clean(b, a):
-            paths.append(Suspect("path", (a, b), evidence))
+            paths.append(Suspect("path", (a, b), evidence, ratio))
         elif streak[-1] is ms[-1]:
             if len(streak) >= rules.path_meetings:
                 evidence["why_unconfirmed"] = (
@@ -314,9 +352,14 @@ def analyze(
                     f"short in {len(streak)} meeting{'s' if len(streak) > 1 else ''}; "
                     f"{rules.path_meetings} in a row name a path"
                 )
-            singles.append(Suspect("path", (a, b), evidence))
+            singles.append(Suspect("path", (a, b), evidence, ratio))
 
-    result.suspects = sorted(hosts.values(), key=_severity) + sorted(paths, key=_severity)
+    suspects = [*hosts.values(), *paths]
+    for s in suspects:
+        s.impact = cost.impact(s.ratio, reference, workload, _jobs_on(jobs, s.hosts))
+    # The costliest first: with the stated workload alone, the slowest; with jobs, the one whose
+    # jobs lose the most GPU-hours. Hosts before paths, then by name, on a tie.
+    result.suspects = sorted(suspects, key=_cost)
     result.unconfirmed = sorted(leaning.values(), key=_severity) + sorted(singles, key=_severity)
     return result
 
@@ -393,7 +436,7 @@ def _host_episode(
         evidence["why_unconfirmed"] = (
             f"short with {len(named_by)} clean partners in a row; {rules.host_partners} name a host"
         )
-    return Suspect("host", (node,), evidence), named
+    return Suspect("host", (node,), evidence, _median_ratio(chosen) or 0.0), named
 
 
 def _trailing_or_longest_streak(ms: list[Meeting]) -> list[Meeting]:
@@ -435,6 +478,19 @@ def _meeting_evidence(m: Meeting, node: str) -> dict[str, Any]:
 def _median_ratio(ms: Sequence[Meeting]) -> float | None:
     ratios = [m.ratio for m in ms if m.ratio is not None]
     return statistics.median(ratios) if ratios else (0.0 if ms else None)
+
+
+def _jobs_on(jobs: Mapping[str, Sequence[cost.Job]] | None, nodes: Iterable[str]) -> list[cost.Job] | None:
+    """The jobs on any of ``nodes``, each once; None when none is known there."""
+    if jobs is None:
+        return None
+    found = {job: None for node in nodes for job in jobs.get(node, ())}
+    return list(found) or None
+
+
+def _cost(s: Suspect) -> tuple[float, int, float, str]:
+    lost = s.impact.gpu_hours_per_day if s.impact is not None else 0.0
+    return (-lost, 0 if s.kind == "host" else 1, *_severity(s))
 
 
 def _severity(s: Suspect) -> tuple[float, str]:
@@ -647,6 +703,8 @@ def render_table(analysis: Analysis) -> str:
                 f"FLEET-WIDE SLOWDOWN: the group's median is {ratio:.0%} of the agents' expectation "
                 f"{_rate(analysis.expected)}; suspects below are judged against the median"
             )
+            if analysis.fleet_impact is not None:
+                lines.append(f"  costs {_impact_text(analysis.fleet_impact)}")
     for problem in analysis.problems:
         lines.append(f"partial data: {problem}")
     if analysis.partial and not analysis.not_enough_evidence:
@@ -654,11 +712,30 @@ def render_table(analysis: Analysis) -> str:
     if analysis.not_enough_evidence:
         lines.append(f"not enough evidence: {analysis.not_enough_evidence}")
         return "\n".join(lines) + "\n"
-    header = ("SUSPECT", "KIND", "RATIO", "EVIDENCE", "ROUNDS", "FIRST SEEN", "LAST SEEN")
+    header = (
+        "SUSPECT",
+        "KIND",
+        "RATIO",
+        "STEP",
+        "GPU-H/DAY",
+        "EVIDENCE",
+        "ROUNDS",
+        "FIRST SEEN",
+        "LAST SEEN",
+    )
     rows = [_row(s) for s in analysis.suspects]
     if rows:
         lines.append("")
         lines.extend(_columns([header, *rows]))
+        lines.append("")
+        lines.append(_workload_text(analysis.workload))
+        for s in analysis.suspects:
+            if s.impact is not None and s.impact.jobs:
+                jobs = "; ".join(
+                    f"{_job_text(job)} ({job.gpus} GPUs) step {_times(step)}, {lost:.0f} GPU-h/day"
+                    for job, step, lost in s.impact.jobs
+                )
+                lines.append(f"jobs on {s.name}: {jobs}")
     else:
         lines.append("no suspect")
     if analysis.unconfirmed:
@@ -666,6 +743,34 @@ def render_table(analysis: Analysis) -> str:
         lines.append("unconfirmed (not suspects):")
         lines.extend(_columns([header, *(_row(s) for s in analysis.unconfirmed)]))
     return "\n".join(lines) + "\n"
+
+
+def _workload_text(w: cost.Workload) -> str:
+    return (
+        f"STEP: how much longer a step takes for a data-parallel job of {w.gpus} GPUs spanning the suspect "
+        f"({w.params / 1e9:g}B parameters x {w.bytes_per_param:g} bytes of gradients in a ring all-reduce, "
+        f"{w.compute_seconds:g} s of compute, overlap {w.overlap:g}: --gpus, --params, --bytes-per-param, "
+        "--compute-seconds, --overlap)\nGPU-H/DAY: the GPU-hours a day that job loses, or, when job "
+        "attribution names the jobs on the suspect, theirs summed"
+    )
+
+
+def _impact_text(i: cost.Impact) -> str:
+    return (
+        f"all-reduce {_times(i.allreduce_slowdown)}, step {_times(i.step_slowdown)}, "
+        f"{i.gpu_hours_per_day:.0f} GPU-h/day"
+        + (f" to its {len(i.jobs)} jobs" if i.jobs else f" to a job of {i.workload.gpus} GPUs")
+    )
+
+
+def _job_text(job: cost.Job) -> str:
+    if job.pod:
+        return f"pod {job.namespace}/{job.pod}"
+    return f"{job.scheduler} job {job.job}"
+
+
+def _times(factor: float) -> str:
+    return "stalled" if math.isinf(factor) else f"x{factor:.2f}"
 
 
 _AROUND = 2  # a partner's meetings with others, each side of a meeting, that say whether it was fine
@@ -697,10 +802,13 @@ def _row(s: Suspect) -> tuple[str, ...]:
         text += f" [{e['why_unconfirmed']}]"
     ratio = e.get("median_ratio")
     rounds = e["rounds"]
+    i = s.impact
     return (
         s.name,
         s.kind,
         f"{ratio:.2f}" if isinstance(ratio, float) else "-",
+        "-" if i is None else _times(i.step_slowdown),
+        "-" if i is None else f"{i.gpu_hours_per_day:.0f}",
         text,
         f"{rounds[0]}-{rounds[-1]}" if len(rounds) > 2 else ",".join(str(r) for r in rounds),
         e["first_seen"],
