@@ -94,6 +94,7 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
 
     def __init__(self) -> None:
         self.mode = "ok"
+        self.pods = PODS
         self.release = threading.Event()
         self.calls = 0
 
@@ -103,7 +104,7 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
         self.calls += 1
         if self.mode == "hang":
             self.release.wait(30)
-        return api_pb2.ListPodResourcesResponse(pod_resources=PODS)
+        return api_pb2.ListPodResourcesResponse(pod_resources=self.pods)
 
 
 def _garbage(response: Any) -> bytes:
@@ -167,6 +168,33 @@ def test_every_device_id_shape_names_its_gpu(tmp_path: Path, kubelet: tuple[Fake
     assert gauge(status, "clusterhealth_gpu_job_source_success", source="pod_resources") == 1
     assert gauge(status, "clusterhealth_gpu_job_conflicting_gpus") == 0
     assert service.calls == 1
+
+
+def test_time_slicing_without_renaming_shares_plain_nvidia_com_gpu(
+    tmp_path: Path, kubelet: tuple[FakeKubelet, Path]
+) -> None:
+    """The device plugin's time-slicing with `renameByDefault: false` keeps the resource
+    `nvidia.com/gpu` and hands out `GPU-<uuid>::N` replicas: each pod on the GPU is a workload of
+    it, and a container given two replicas of one GPU is one workload, not two series."""
+    service, socket_path = kubelet
+    service.pods = [
+        pod("ml", "slice-a", ("main", "nvidia.com/gpu", [f"{UUIDS[5]}::0"])),
+        pod("ml", "slice-b", ("main", "nvidia.com/gpu", [f"{UUIDS[5]}::3"])),
+        pod("ml", "two-slices", ("main", "nvidia.com/gpu", [f"{UUIDS[6]}::1", f"{UUIDS[6]}::2"])),
+    ]
+    node = jobs_node(tmp_path, NODE, pod_resources_socket=str(socket_path))  # no extra resource names
+    try:
+        status = node.run()
+    finally:
+        node.close()
+    assert status.success, status.reason
+    assert info_rows(status) == [
+        ("5", "kubernetes", "", "ml", "slice-a", "main", "pod_resources"),
+        ("5", "kubernetes", "", "ml", "slice-b", "main", "pod_resources"),
+        ("6", "kubernetes", "", "ml", "two-slices", "main", "pod_resources"),
+    ]
+    assert {labels["uuid"] for labels, _ in _info(status)} == {UUIDS[5], UUIDS[6]}
+    assert gauge(status, "clusterhealth_gpu_job_conflicting_gpus") == 0
 
 
 def _info(status: Any) -> list[tuple[dict[str, str], float]]:
