@@ -480,7 +480,11 @@ def _transport_labels(transport: Transport) -> list[str]:
 def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:
     jitter = int(probe.jitter_seconds) or None
     if probe.cron:
-        return CronTrigger.from_crontab(probe.cron, jitter=jitter)
+        # APScheduler 3's from_crontab takes no jitter: the same five fields, with it.
+        minute, hour, day, month, day_of_week = probe.cron.split()
+        return CronTrigger(
+            minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, jitter=jitter
+        )
     return IntervalTrigger(seconds=probe.interval_seconds, jitter=jitter)
 
 

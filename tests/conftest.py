@@ -194,3 +194,13 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     yield start
     for agent in started:
         agent.stop()
+
+
+@pytest.fixture(scope="session")
+def readme_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A throwaway root holding what the README's systemd-node install put in place: its
+    `sudo make install` run as written, once a session (tests/node_root.py says how). Tests that
+    change a file in it put it back."""
+    from .node_root import readme_install
+
+    return readme_install(tmp_path_factory.mktemp("readme-install"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import urllib.request
@@ -38,6 +39,21 @@ def test_demo_on_a_busy_port_says_so_in_one_line() -> None:
     assert result.returncode == 1
     assert result.stderr.startswith(f"clusterhealth: cannot listen on 127.0.0.1:{port}: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_make_demo_listens_where_the_readme_says() -> None:
+    """README's "Try it": `make demo LISTEN=HOST:PORT` passes the address to `demo --listen`."""
+    (command,) = re.findall(r"`(make demo LISTEN=\S+)`", (ROOT / "README.md").read_text())
+    listen = command.split("LISTEN=", 1)[1]
+    planned = subprocess.run(
+        ["make", "-s", "-n", "-C", str(ROOT), *command.split()[1:]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert planned.stdout.splitlines()[-1].endswith(f"/clusterhealth demo --listen {listen}")
+    default = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), "demo"], capture_output=True, text=True)
+    assert default.stdout.splitlines()[-1].endswith("/clusterhealth demo --listen 127.0.0.1:9845")
 
 
 SEVERITY = {2: "critical", 1: "warning"}

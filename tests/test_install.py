@@ -1,10 +1,13 @@
-"""`make install` into a throwaway root (DESTDIR), checked where the files will really be.
+"""What a node's install puts in place, checked where the files will really be.
 
-The installed tree is laid over the machine's own /etc, /opt and /usr/local (read-only overlay
-mounts in a private mount namespace, as root), so that the installed unit, command, config and
-Slurm health check are seen at the paths they name, and nothing on the machine is touched:
-`systemd-analyze verify` checks the installed unit against the installed command, and the
-installed health check runs with a stand-in `scontrol` against the installed policy.
+The installed tree is the README's own `sudo make install`, run as written into a throwaway root
+(the `readme_installed` fixture; tests/node_root.py), laid over the machine's own /etc, /opt and
+/usr/local (read-only overlay mounts in a private mount namespace, as root), so that the installed
+unit, command, config and Slurm health check are seen at the paths they name, and nothing on the
+machine is touched: `systemd-analyze verify` checks the installed unit against the installed
+command, and the installed health check runs with a stand-in `scontrol` against the installed
+policy. `DESTDIR`, `PREFIX`, `WHEEL=`, a reinstall and `make uninstall` are checked with a staged
+install of the wheel.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
-from .conftest import ROOT, SCENARIOS, require_tool
+from .conftest import ROOT, SCENARIOS, AgentProcess, require_tool
 from .dist import VERSION, make, project_wheel, wheelhouse
+from .node_root import in_root
 from .test_check import fake_command
 
 UNIT = "usr/local/lib/systemd/system/clusterhealth.service"
@@ -33,32 +39,9 @@ def install(root: Path, *extra: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("destdir")
-    install(root)
-    return root
-
-
-def in_root(root: Path, script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `script` with `root`'s /etc, /opt and /usr/local laid over the machine's."""
-    if os.geteuid() != 0:
-        pytest.fail(
-            "the install tests mount overlays in a mount namespace: run as root (as `make test` does)"
-        )
-    mounts = "".join(
-        f"mount -t overlay overlay -o lowerdir={root}/{d}:/{d} /{d}\n"
-        for d in ("etc", "opt", "usr/local")
-        if (root / d).is_dir()
-    )
-    return subprocess.run(
-        [require_tool("unshare"), "--mount", "sh", "-ec", mounts + script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+@pytest.fixture
+def root(readme_installed: Path) -> Path:
+    return readme_installed
 
 
 def test_make_install_lays_out_a_node(root: Path) -> None:
@@ -76,10 +59,6 @@ def test_make_install_lays_out_a_node(root: Path) -> None:
     npd = (root / "usr/local/share/clusterhealth/node-problem-detector-clusterhealth.json").read_text()
     assert '"path": "/usr/local/bin/clusterhealth"' in npd and "/etc/clusterhealth/clusterhealth.yaml" in npd
     assert (root / "usr/local/share/doc/clusterhealth/LICENSE").exists()
-    # The virtualenv was made under DESTDIR but names only its final path.
-    for script in (root / "opt/clusterhealth/bin").iterdir():
-        if script.is_file() and not script.is_symlink():
-            assert str(root) not in script.read_text(errors="replace"), script
 
 
 def test_systemd_analyze_verify_passes_on_the_installed_unit(root: Path) -> None:
@@ -138,9 +117,16 @@ def test_the_installed_health_check_drains_on_what_only_the_installed_policy_see
         config.write_text(original)
 
 
-def test_reinstall_keeps_the_config_and_uninstall_removes_the_rest(tmp_path: Path) -> None:
+def test_a_staged_wheel_install_reinstall_and_uninstall(tmp_path: Path) -> None:
+    """`make install WHEEL=... DESTDIR=... PREFIX=/usr` (the README's other way, from `make dist`'s
+    wheel; the wheel of `make wheels` is the same build), then again, then `make uninstall`."""
     root = tmp_path / "root"
     install(root, "PREFIX=/usr")
+    # The virtualenv was made under DESTDIR but names only its final path.
+    for script in (root / "opt/clusterhealth/bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            assert str(root) not in script.read_text(errors="replace"), script
+    assert os.readlink(root / "usr/bin/clusterhealth") == "/opt/clusterhealth/bin/clusterhealth"
     unit = (root / "usr/lib/systemd/system/clusterhealth.service").read_text()
     assert "\nExecStart=/usr/bin/clusterhealth agent $CLUSTERHEALTH_ARGS\n" in unit
     assert (
@@ -158,3 +144,28 @@ def test_reinstall_keeps_the_config_and_uninstall_removes_the_rest(tmp_path: Pat
         "etc/clusterhealth/clusterhealth.yaml.dist",
         "etc/default/clusterhealth",
     ]
+
+
+def test_the_default_config_the_install_puts_in_place_starts_the_agent(
+    tmp_path: Path, agent_process: Callable[..., AgentProcess]
+) -> None:
+    """deploy/clusterhealth.yaml, on a simulated node: every probe of it scheduled (interval and
+    crontab, with jitter), the agent serving. Only the state directory is moved out of /var."""
+    config = yaml.safe_load((ROOT / "deploy" / "clusterhealth.yaml").read_text())
+    config["probing"]["state_dir"] = str(tmp_path / "state")
+    assert any(p.get("cron") and p.get("jitter_seconds") for p in config["probes"])
+    path = tmp_path / "clusterhealth.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (tmp_path / "sys").mkdir()
+    agent = agent_process(
+        "--config",
+        str(path),
+        "--simulate",
+        str(SCENARIOS / "h100-healthy.yaml"),
+        "--sysfs-root",
+        str(tmp_path / "sys"),
+        "--kmsg-path",
+        "/dev/null",
+    )
+    assert agent.health()["collectors"]["probes"]["success"] is not False
+    assert agent.proc.poll() is None

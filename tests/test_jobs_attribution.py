@@ -67,7 +67,7 @@ def test_each_gpus_processes_name_their_job_or_pod(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_proc_fails_the_fallback_and_the_rest_still_exports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = node_of([{"pid": 101, "cgroup": SLURM}], [{"pid": 102, "cgroup": SLURM}])
     proc = with_proc(tmp_path, data)
@@ -84,13 +84,25 @@ def test_an_unreadable_proc_fails_the_fallback_and_the_rest_still_exports(
     monkeypatch.setattr(sysfs, "_open", deny_101)
     node = jobs_node(tmp_path, data, procfs=proc, mapping_dir=str(mapping))
     try:
-        status = node.run()
+        with caplog.at_level(logging.INFO):
+            failing = [node.run(), node.run()]
+            monkeypatch.undo()
+            repaired = node.run()
     finally:
         node.close()
-    assert not status.success
-    assert status.reason == f"cgroup: {proc}/101/cgroup: EACCES"
-    assert gauge(status, "clusterhealth_gpu_job_source_success", source="cgroup") == 0
-    assert info_rows(status) == [("1", "slurm", "3385", "", "", "", "mapping_dir")]
+    for status in failing:
+        assert not status.success
+        assert status.reason == f"cgroup: {proc}/101/cgroup: EACCES"
+        assert gauge(status, "clusterhealth_gpu_job_source_success", source="cgroup") == 0
+        assert info_rows(status) == [("1", "slurm", "3385", "", "", "", "mapping_dir")]
+    # Said once while it lasts (at error level), and its end once.
+    said = [r for r in caplog.records if "101/cgroup: EACCES" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.ERROR
+    assert repaired.success, repaired.reason
+    assert gauge(repaired, "clusterhealth_gpu_job_source_success", source="cgroup") == 1
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == [
+        "collector jobs recovered"
+    ]
 
 
 def test_the_allocation_wins_and_a_contradiction_is_counted_and_said_once(

@@ -9,21 +9,25 @@ its client, its sampler.
 
 from __future__ import annotations
 
+import copy
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from clusterhealth.exporters.jobs.kubelet import api_pb2, api_pb2_grpc, generate
+from clusterhealth.exporters.sim import procfs as sim_procfs
+from clusterhealth.exporters.sim.scenario import parse_scenario
 
-from .conftest import scenario
+from .conftest import FIXTURES, AgentProcess, samples, scenario, value
 from .jobs import gauge, gpu_uuids, info_rows, jobs_node, mig_uuids
 
 # Eight GPUs whose device files are numbered backwards (GPU i is /dev/nvidia(7-i)): GKE's nvidiaN
@@ -36,6 +40,8 @@ NODE = scenario(
     },
 )
 UUIDS = gpu_uuids(NODE)
+# A training process's cgroup in Slurm's v2 layout: job 3385 (tests/fixtures/cgroup/README.md).
+SLURM_V2 = (FIXTURES / "cgroup" / "slurm-v2.txt").read_text()
 MIG = mig_uuids(NODE, 3)
 
 
@@ -94,6 +100,7 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
 
     def __init__(self) -> None:
         self.mode = "ok"
+        self.pods = PODS
         self.release = threading.Event()
         self.calls = 0
 
@@ -103,7 +110,7 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
         self.calls += 1
         if self.mode == "hang":
             self.release.wait(30)
-        return api_pb2.ListPodResourcesResponse(pod_resources=PODS)
+        return api_pb2.ListPodResourcesResponse(pod_resources=self.pods)
 
 
 def _garbage(response: Any) -> bytes:
@@ -167,6 +174,33 @@ def test_every_device_id_shape_names_its_gpu(tmp_path: Path, kubelet: tuple[Fake
     assert gauge(status, "clusterhealth_gpu_job_source_success", source="pod_resources") == 1
     assert gauge(status, "clusterhealth_gpu_job_conflicting_gpus") == 0
     assert service.calls == 1
+
+
+def test_time_slicing_without_renaming_shares_plain_nvidia_com_gpu(
+    tmp_path: Path, kubelet: tuple[FakeKubelet, Path]
+) -> None:
+    """The device plugin's time-slicing with `renameByDefault: false` keeps the resource
+    `nvidia.com/gpu` and hands out `GPU-<uuid>::N` replicas: each pod on the GPU is a workload of
+    it, and a container given two replicas of one GPU is one workload, not two series."""
+    service, socket_path = kubelet
+    service.pods = [
+        pod("ml", "slice-a", ("main", "nvidia.com/gpu", [f"{UUIDS[5]}::0"])),
+        pod("ml", "slice-b", ("main", "nvidia.com/gpu", [f"{UUIDS[5]}::3"])),
+        pod("ml", "two-slices", ("main", "nvidia.com/gpu", [f"{UUIDS[6]}::1", f"{UUIDS[6]}::2"])),
+    ]
+    node = jobs_node(tmp_path, NODE, pod_resources_socket=str(socket_path))  # no extra resource names
+    try:
+        status = node.run()
+    finally:
+        node.close()
+    assert status.success, status.reason
+    assert info_rows(status) == [
+        ("5", "kubernetes", "", "ml", "slice-a", "main", "pod_resources"),
+        ("5", "kubernetes", "", "ml", "slice-b", "main", "pod_resources"),
+        ("6", "kubernetes", "", "ml", "two-slices", "main", "pod_resources"),
+    ]
+    assert {labels["uuid"] for labels, _ in _info(status)} == {UUIDS[5], UUIDS[6]}
+    assert gauge(status, "clusterhealth_gpu_job_conflicting_gpus") == 0
 
 
 def _info(status: Any) -> list[tuple[dict[str, str], float]]:
@@ -266,3 +300,66 @@ def test_a_file_where_the_socket_should_be_fails_the_source(tmp_path: Path) -> N
     finally:
         node.close()
     assert not status.success and status.reason is not None and "is not a socket" in status.reason
+
+
+def test_the_agent_exports_each_sources_join_series(
+    tmp_path: Path, kubelet: tuple[FakeKubelet, Path], agent_process: Callable[..., AgentProcess]
+) -> None:
+    """One real agent process with a kubelet socket, a job-mapping directory and a /proc: its
+    /metrics carries a join series from each source (pod_resources for GPU 1, mapping_dir for the
+    Prolog's file of /dev/nvidia5, which is GPU 2, cgroup for GPU 4's training process)."""
+    service, socket_path = kubelet
+    service.pods = [pod("ml", "train-0", ("trainer", "nvidia.com/gpu", [UUIDS[1]]))]
+    data = copy.deepcopy(NODE)
+    data["gpus"][4]["compute_processes"] = [{"pid": 4242, "cgroup": SLURM_V2}]
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(data))
+    sim_procfs.build(tmp_path / "proc", parse_scenario(data, "<test>"))
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "5").write_text("4242\n")
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump({"collectors": {"gpu": {"interval_seconds": 1}, "jobs": {"interval_seconds": 1}}})
+    )
+    agent = agent_process(
+        "--config",
+        str(tmp_path / "config.yaml"),
+        "--simulate",
+        str(tmp_path / "scenario.yaml"),
+        "--sysfs-root",
+        str(tmp_path / "sys"),
+        "--procfs-root",
+        str(tmp_path / "proc"),
+        "--kmsg-path",
+        "/dev/null",
+        "--pod-resources-socket",
+        str(socket_path),
+        "--job-mapping-dir",
+        str(tmp_path / "jobs"),
+    )
+
+    def joins() -> dict[str, dict[str, str]]:
+        return {
+            dict(labels)["source"]: dict(labels)
+            for (name, labels), v in samples(agent.metrics()).items()
+            if name == "clusterhealth_gpu_job_info" and v == 1
+        }
+
+    agent.wait_for(lambda: len(joins()) == 3, timeout=30, what="a join series from each source")
+    found = joins()
+    assert {k: v for k, v in found["pod_resources"].items() if k != "uuid"} == {
+        "gpu": "1",
+        "scheduler": "kubernetes",
+        "job": "",
+        "namespace": "ml",
+        "pod": "train-0",
+        "container": "trainer",
+        "source": "pod_resources",
+    }
+    assert found["pod_resources"]["uuid"] == UUIDS[1]
+    assert (found["mapping_dir"]["gpu"], found["mapping_dir"]["job"]) == ("2", "4242")
+    assert (found["cgroup"]["gpu"], found["cgroup"]["job"]) == ("4", "3385")
+    assert {labels["source"] for labels in found.values()} == {"pod_resources", "mapping_dir", "cgroup"}
+    text = agent.metrics()
+    for source in ("pod_resources", "mapping_dir", "cgroup"):
+        assert value(text, "clusterhealth_gpu_job_source_success", source=source) == 1.0
+    assert service.calls >= 1

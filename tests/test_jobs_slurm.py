@@ -6,16 +6,19 @@ files of jobs that are gone, and fails safe on files it cannot read or parse."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import stat
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clusterhealth.exporters import sysfs
+from clusterhealth.exporters.jobs import mapping as mapping_module
 from clusterhealth.exporters.jobs.mapping import parse_jobs, read_mapping_dir
 
 from .conftest import ROOT, scenario
@@ -200,14 +203,66 @@ def test_unreadable_and_malformed_files_fail_the_source_not_the_others(
     assert gauge(status, "clusterhealth_gpu_job_source_success", source="mapping_dir") == 0
 
 
-def test_a_mapping_directory_that_is_not_there_is_no_failure(tmp_path: Path) -> None:
+def test_a_mapping_directory_that_is_not_there_is_no_failure_and_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     node = jobs_node(tmp_path, NODE, mapping_dir=str(tmp_path / "absent"))
     try:
-        status = node.run()
+        with caplog.at_level(logging.INFO):
+            statuses = [node.run(), node.run()]
     finally:
         node.close()
-    assert status.success, status.reason
-    assert gauge(status, "clusterhealth_gpu_job_source_success", source="mapping_dir") is None
+    for status in statuses:
+        assert status.success, status.reason
+        assert gauge(status, "clusterhealth_gpu_job_source_success", source="mapping_dir") is None
+    said = [r for r in caplog.records if "no job-mapping directory at" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+
+
+@pytest.mark.parametrize("breakage", ["malformed file", "unlistable directory"])
+def test_a_failing_mapping_directory_is_said_once_and_its_repair_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, breakage: str
+) -> None:
+    """Two cycles on the same fault log it once (at error level), not every cycle; the cycle
+    after the repair logs that once."""
+    mapping = tmp_path / "jobs"
+    mapping.mkdir()
+    (mapping / "0").write_text("4242\n")
+    if breakage == "malformed file":
+        (mapping / "1").write_text("rm -rf /\n")
+        reason = "1: line 1 is not a job id"
+    else:
+        real_scandir = os.scandir
+
+        def denied(path: str) -> Any:
+            if path == str(mapping):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+            return real_scandir(path)
+
+        monkeypatch.setattr(mapping_module.os, "scandir", denied)
+        reason = f"{mapping}: EACCES"
+    node = jobs_node(tmp_path, NODE, mapping_dir=str(mapping))
+    try:
+        with caplog.at_level(logging.INFO):
+            failing = [node.run(), node.run()]
+            (mapping / "1").write_text("4243\n")
+            monkeypatch.undo()
+            repaired = node.run()
+    finally:
+        node.close()
+    for status in failing:
+        assert not status.success and status.reason is not None and reason in status.reason
+        assert gauge(status, "clusterhealth_gpu_job_source_success", source="mapping_dir") == 0
+    assert repaired.success, repaired.reason
+    assert info_rows(repaired) == [
+        ("2", "slurm", "4242", "", "", "", "mapping_dir"),
+        ("3", "slurm", "4243", "", "", "", "mapping_dir"),
+    ]
+    said = [r for r in caplog.records if reason in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.ERROR, [r.getMessage() for r in said]
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == [
+        "collector jobs recovered"
+    ]
 
 
 @pytest.mark.parametrize(

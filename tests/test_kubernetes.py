@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -185,6 +187,48 @@ def test_unprivileged_mode_keeps_only_the_syslog_and_ipc_lock_capabilities() -> 
     context = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
     assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG", "IPC_LOCK"]}
+    kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
+
+
+def deploy_doc_command(heading: str) -> list[str]:
+    """The helm command of a section of docs/deploy.md, as argv after `helm install|upgrade`."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split(f"\n### {heading}\n", 1)[1].split("\n#", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[0] == "helm" and argv[1] in ("install", "upgrade"), argv
+    return [a for a in argv[2:] if a != "--install"]
+
+
+def test_the_documented_unprivileged_install_runs_the_agent_without_the_kernel_log(tmp_path: Path) -> None:
+    """docs/deploy.md, "Privileged, or not": its command renders a container with no privilege but
+    SYSLOG and IPC_LOCK, and a config the agent accepts with the kernel-log collector off."""
+    release, chart, *args = deploy_doc_command("Privileged, or not")
+    assert Path(ROOT / chart) == CHART
+    by_kind = {o["kind"]: o for o in render_release(release, *args)}
+    context = by_kind["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG", "IPC_LOCK"]}
+    config = tmp_path / "clusterhealth.yaml"
+    config.write_text(by_kind["ConfigMap"]["data"]["clusterhealth.yaml"])
+    printed = subprocess.run(
+        [CLUSTERHEALTH, "agent", "--config", str(config), "--print-config"], capture_output=True, text=True
+    )
+    assert printed.returncode == 0, printed.stderr
+    effective = yaml.safe_load(printed.stdout)
+    assert effective["collectors"]["kernel_log"]["enabled"] is False
+    assert effective["collectors"]["gpu"]["enabled"] is True
+    # By default: privileged, the kernel log on.
+    default = {o["kind"]: o for o in render_release(release)}
+    assert default["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"]
+    assert "kernel_log" not in default["ConfigMap"]["data"]["clusterhealth.yaml"]
+
+
+def test_the_documented_host_network_switch_gives_the_pods_the_nodes_network() -> None:
+    release, _chart, *args = deploy_doc_command("The host's network")
+    daemonset = next(o for o in render_release(release, *args) if o["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
 
 

@@ -40,6 +40,20 @@ def test_every_source_folder_is_a_listed_package() -> None:
     assert found == listed
 
 
+def test_no_tracked_file_is_ignored() -> None:
+    """A tracked file that .gitignore lists (deploy/clusterhealth.yaml and deploy/members.yaml
+    once were) is skipped by `git add -A`, `git status` and the tools that honour .gitignore: an
+    edit to it is easily lost."""
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-i", "-c", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "", "tracked but ignored:\n" + listed.stdout
+
+
 # --- the built distribution ------------------------------------------------------------------
 
 

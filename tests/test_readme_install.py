@@ -1,35 +1,42 @@
-"""The README's Install section is the path the tests follow: each of its commands is checked
-here against what it runs (make's targets and variables, the chart with the README's values, the
-Slurm excerpt), and tests/test_install.py, tests/test_image.py and tests/test_packaging.py run the
-same targets for real."""
+"""The README's Install section is the path the tests follow: its commands are run as written
+wherever this machine can run them, and each command the test cannot run is named with what
+stands for it.
+
+- The systemd node: `sudo make install` runs as written from the clone, as root, into a throwaway
+  root (the session's `readme_installed` fixture, shared with tests/test_install.py, which checks
+  the installed files). There is no systemd as PID 1 here, so `systemctl daemon-reload` is
+  `systemd-analyze verify` of the unit by name (found where systemd looks for units, checked with
+  the installed command), `systemctl enable` runs for real (offline, it makes the `WantedBy=`
+  link), and `--now` starts the unit's `ExecStart=` with its `EnvironmentFile=` and
+  `StateDirectory=` as systemd would, in a network namespace of its own; then the README's `curl`
+  runs as written against that agent.
+- Kubernetes: tests/test_image.py runs the README's `make image` command (adding only where this
+  machine's buildah keeps its storage and a locally bootstrapped base: no registry is reachable);
+  `buildah push` needs a registry and is not run; the `helm install` line is rendered with
+  `helm template` and the image it names is the one built.
+- Slurm: the block runs as written against a node's slurm.conf in the throwaway /etc, with a
+  stand-in `scontrol`.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, require_tool
 from .dist import VERSION, project_wheel
+from .node_root import BLOCKS, commands, in_root, readme_install_command, writable_overlays
+from .test_check import fake_command
 
 README = (ROOT / "README.md").read_text()
-SECTION = README.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
-BLOCKS = re.findall(r"```sh\n(.*?)```", SECTION, flags=re.S)
-
-
-def commands(block: str) -> list[str]:
-    """The block's commands: continuation lines joined, comments and `sudo` dropped."""
-    joined = block.replace("\\\n", " ")
-    out = []
-    for line in joined.splitlines():
-        for command in line.split("#", 1)[0].split("&&"):
-            command = command.strip().removeprefix("sudo ").strip()
-            if command:
-                out.append(command)
-    return out
+ENABLE = r"sudo systemctl enable --now (\S+)"
 
 
 def dry_run(command: str) -> str:
@@ -45,25 +52,106 @@ def test_the_install_section_is_near_the_top_with_three_ways() -> None:
     assert len(BLOCKS) == 3
 
 
-def test_the_systemd_block_installs_the_command_where_the_unit_looks() -> None:
-    systemd = commands(BLOCKS[0])
-    assert systemd[0] == "make install"
-    planned = dry_run("make install")
-    assert "ln -sfn /opt/clusterhealth/bin/clusterhealth /usr/local/bin/clusterhealth" in planned
-    assert "/usr/local/lib/systemd/system/clusterhealth.service" in planned
-    # The wheel the comment names is the one `make dist` builds (its name carries the version).
+def unit_settings(unit: str) -> dict[str, str]:
+    """The [Service] settings of a unit file (the last of each key)."""
+    section = unit.split("\n[Service]\n", 1)[1].split("\n[", 1)[0]
+    return dict(
+        line.split("=", 1) for line in section.splitlines() if "=" in line and not line.startswith("#")
+    )
+
+
+def started_as_systemd_would(unit_path: Path, log: Path, pid_file: Path) -> str:
+    """Shell that starts a unit's ExecStart= the way systemd does for this unit: its environment
+    file read (optional with `-`), its state directory made, its command's `$VAR` split into
+    words."""
+    settings = unit_settings(unit_path.read_text())
+    environment = settings["EnvironmentFile"]
+    optional = environment.startswith("-")
+    environment = environment.removeprefix("-")
+    read = f"[ ! -e {environment} ] || . {environment}" if optional else f". {environment}"
+    state = f"mkdir -p /var/lib/{settings['StateDirectory']}\n" if "StateDirectory" in settings else ""
+    return (
+        f"{state}(set -a; {read}; set +a; exec {settings['ExecStart']}) >{log} 2>&1 &\necho $! > {pid_file}\n"
+    )
+
+
+def test_the_systemd_block_runs_as_written(readme_installed: Path, tmp_path: Path) -> None:
+    install, *rest = commands(BLOCKS[0])
+    assert install == readme_install_command() == "sudo make install"  # run by readme_installed
+    log, pid_file, out = tmp_path / "agent.log", tmp_path / "agent.pid", tmp_path / "out"
+    out.mkdir()
+    unit_dir = readme_installed / "usr/local/lib/systemd/system"
+    # /etc and /var are written (the enable link, the state directory) into this test's root.
+    script = writable_overlays(tmp_path / "node", ("etc", "var")) + 'ip link set lo up\nsudo() { "$@"; }\n'
+    units = [m.group(1) + ".service" for c in rest if (m := re.fullmatch(ENABLE, c))]
+    assert units == ["clusterhealth.service"]
+    ran = []
+    for command in rest:
+        enable = re.fullmatch(ENABLE, command)
+        if command == "sudo systemctl daemon-reload":
+            # What daemon-reload loads: the units, by their names, from systemd's unit path.
+            verify = f"PAGER=cat {require_tool('systemd-analyze')} verify {' '.join(units)}"
+            script += f"{verify} >{out}/verify 2>&1\n"
+        elif enable:
+            unit = enable.group(1) + ".service"
+            script += f"sudo systemctl enable {enable.group(1)} >{out}/enable 2>&1\n"
+            script += started_as_systemd_would(unit_dir / unit, log, pid_file)
+        elif command.startswith("curl "):
+            # As written, until the agent answers (it starts in about a second) or dies.
+            script += (
+                f"i=0; pid=$(cat {pid_file}); until {command} >{out}/curl; do\n"
+                "  if [ ! -e /proc/$pid ] || grep -qs '^State:.*Z' /proc/$pid/status; then\n"
+                "    echo 'the agent exited' >&2; exit 3\n  fi\n"
+                "  i=$((i+1)); [ $i -lt 120 ]; sleep 0.5\ndone\n"
+            )
+        else:
+            pytest.fail(f"the README's systemd block has a command this test cannot run: {command!r}")
+        ran.append(command)
+    assert ran == rest and len(ran) == 3
+    script += (
+        f"pid=$(cat {pid_file}); tr '\\0' ' ' </proc/$pid/cmdline >{out}/cmdline\n"
+        f'kill -TERM "$pid"; rc=0; wait "$pid" || rc=$?; echo "$rc" >{out}/exit\n'
+    )
+    result = in_root(readme_installed, script, net=True, timeout=180)
+    agent_log = log.read_text() if log.exists() else ""
+    assert result.returncode == 0, result.stdout + result.stderr + agent_log
+    assert (out / "verify").read_text() == ""
+    wants = tmp_path / "node/etc/systemd/system/multi-user.target.wants/clusterhealth.service"
+    assert str(wants.readlink()) == "/usr/local/lib/systemd/system/clusterhealth.service", (
+        out / "enable"
+    ).read_text()
+    # The installed command in the installed virtualenv, with the installed flags and config.
+    assert (out / "cmdline").read_text().split() == [
+        "/opt/clusterhealth/bin/python",
+        "/usr/local/bin/clusterhealth",
+        "agent",
+        "--config",
+        "/etc/clusterhealth/clusterhealth.yaml",
+        "--listen",
+        ":9845",
+    ]
+    health = json.loads((out / "curl").read_text())
+    assert health["status"] in ("ok", "degraded")
+    assert {"gpu", "kernel_log", "rdma", "jobs"} <= set(health["collectors"])
+    assert "serving /metrics and /healthz on 0.0.0.0:9845" in agent_log
+    assert (out / "exit").read_text() == "0\n", agent_log
+
+
+def test_the_wheel_the_systemd_block_names_is_the_one_make_dist_builds() -> None:
     (alternative,) = re.findall(r"make install WHEEL=dist/(\S+)", BLOCKS[0])
     assert alternative == project_wheel().name == f"clusterhealth-{VERSION}-py3-none-any.whl"
-    assert systemd[1:3] == ["systemctl daemon-reload", "systemctl enable --now clusterhealth"]
+    assert "ln -sfn /opt/clusterhealth/bin/clusterhealth /usr/local/bin/clusterhealth" in dry_run(
+        f"make install WHEEL=dist/{alternative}"
+    )
 
 
 def test_the_kubernetes_block_builds_pushes_and_installs_that_image() -> None:
     make_image, push, helm_install = commands(BLOCKS[1])
-    planned = dry_run(make_image)
     image = make_image.split("IMAGE=", 1)[1]
-    assert f"-t {image}" in planned and image.endswith(f":{VERSION}")
+    assert make_image == f"make image IMAGE={image}"  # what tests/test_image.py runs
+    assert f"-t {image}" in dry_run(make_image) and image.endswith(f":{VERSION}")
     assert push == f"buildah push {image}"
-    args = helm_install.split()
+    args = shlex.split(helm_install)
     assert args[:2] == ["helm", "install"]
     helm = str(Path(sys.executable).parent / "helm")
     rendered = subprocess.run([helm, "template", *args[2:]], capture_output=True, text=True, cwd=ROOT)
@@ -73,16 +161,27 @@ def test_the_kubernetes_block_builds_pushes_and_installs_that_image() -> None:
     assert container["image"] == image
 
 
-def test_the_slurm_block_points_slurmd_at_the_installed_health_check() -> None:
-    append, reconfigure = commands(BLOCKS[2])
-    excerpt = append.split("< ", 1)[1]
-    settings = dict(
-        line.split("=", 1) for line in (ROOT / excerpt).read_text().splitlines() if not line.startswith("#")
-    )
+def test_the_slurm_block_runs_as_written(readme_installed: Path, tmp_path: Path) -> None:
+    """Appended to a node's slurm.conf (a stand-in in the throwaway /etc), the excerpt points
+    slurmd at the health check, Prolog and Epilog the README's install put in place."""
+    block = commands(BLOCKS[2])
+    assert [c.split()[:2] for c in block] == [["sudo", "tee"], ["sudo", "scontrol"]]
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    calls.touch()
+    fake_command(bin_dir, "scontrol", calls)  # Slurm is not installed here
+    node_conf = "ClusterName=test\nSlurmctldHost=head\n"
+    script = writable_overlays(tmp_path / "node", ("etc",))
+    script += f"mkdir -p /etc/slurm && printf '{node_conf}' >/etc/slurm/slurm.conf\n"
+    script += f'sudo() {{ "$@"; }}\nexport PATH={bin_dir}:$PATH\ncd {ROOT}\n'
+    script += "".join(f"{command} >/dev/null\n" for command in block)
+    result = in_root(readme_installed, script)
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text() == "scontrol reconfigure\n"
+    conf = (tmp_path / "node/etc/slurm/slurm.conf").read_text()
+    assert conf.startswith(node_conf)
+    settings = dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and line[0] != "#")
+    for key in ("HealthCheckProgram", "Prolog", "Epilog"):
+        installed = readme_installed / settings[key].lstrip("/")
+        assert installed.is_file() and installed.stat().st_mode & 0o111, (key, settings[key])
     assert settings["HealthCheckProgram"] == "/usr/local/sbin/clusterhealth-healthcheck"
-    assert "/usr/local/sbin/clusterhealth-healthcheck" in dry_run("make install")
-    # and the job-mapping Prolog and Epilog that make install puts beside it
-    assert settings["Prolog"] == "/usr/local/sbin/clusterhealth-prolog"
-    assert settings["Epilog"] == "/usr/local/sbin/clusterhealth-epilog"
-    assert "deploy/slurm/clusterhealth-prolog deploy/slurm/clusterhealth-epilog" in dry_run("make install")
-    assert reconfigure == "scontrol reconfigure"
