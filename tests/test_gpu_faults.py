@@ -212,7 +212,7 @@ ACTIONS = sorted(
 
 @pytest.mark.parametrize("action", ACTIONS)
 def test_the_recovery_action_is_named_as_nvml_names_it(scrape: Callable[..., str], action: str) -> None:
-    # A GPU stuck "reset required" after an Xid the agent never saw: the driver still says so.
+    # A GPU that needs a reset after an Xid the agent never saw: the driver still says so.
     text = scrape(scenario(faults=[fault(1, set={"recovery_action": action})]))
     actions = {
         dict(labels)["action"]: v
