@@ -137,13 +137,13 @@ class GpuConfig(
     clocks_event_counters: tuple[str, ...] = setting(
         CLOCK_EVENT_COUNTERS_DEFAULT,
         doc="throttle-time reasons exported in clusterhealth_gpu_clocks_event_seconds_total (glob "
-        "patterns; '*': also sync_boost, board_limit, low_utilization, reliability)",
+        "patterns; '*': also sw_power_cap, sync_boost, board_limit, low_utilization, reliability)",
         check=_check_globs,
     )
     clocks_event_reasons: tuple[str, ...] = setting(
         CLOCK_EVENT_REASONS_DEFAULT,
-        doc="sampled reasons exported in clusterhealth_gpu_clocks_event_active (glob patterns; '*': also "
-        "gpu_idle, applications_clocks_setting, display_clock_setting, which slow no GPU down)",
+        doc="sampled reasons exported in clusterhealth_gpu_clocks_event_active (glob patterns; by "
+        "default all nine of SPEC)",
         check=_check_globs,
     )
 
@@ -209,13 +209,14 @@ class AuditConfig(
 @dataclass(frozen=True)
 class PcieAerConfig(
     CollectorSettings,
-    does="export the PCIe AER error counts of the GPUs' and HCAs' PCI functions",
+    does="export the PCIe AER error counts of the HCAs' (and, on request, the GPUs') PCI functions",
     every=30.0,
     how_often="how often sysfs is read",
 ):
     drivers: tuple[str, ...] = setting(
-        ("nvidia", "mlx5_core"),
-        doc="glob patterns of the drivers whose PCI functions are read (pcieport adds the switch ports)",
+        ("mlx5_core",),
+        doc="glob patterns of the drivers whose PCI functions are read (nvidia adds the GPUs, whose "
+        "link NVML's replay counter watches by default; pcieport adds the switch ports)",
         check=_check_globs,
     )
 

@@ -4,7 +4,8 @@ beside node_exporter's InfiniBand collector on the same HCAs; prints markdown ta
 
 The nodes are real `clusterhealth agent` processes without a config file (the default settings),
 or with one that asks for every opt-in family and every counter (`include_metrics: ['*']` on each
-collector, `hw_counters`, `error_counters` and `clocks_event_counters: ['*']`):
+collector, `hw_counters`, `error_counters`, `clocks_event_counters: ['*']`, and the GPUs' PCI
+functions in `pcie_aer`):
 
 - faulty: the golden node of tests/test_golden.py without its probe and pairwise group: the
   faulty H100 scenario frozen at 600 s (GPU 6 fell off the bus: 7 of 8 GPUs answer), the faulty
@@ -50,6 +51,7 @@ FULL_DETAIL = {
         **{name: {"include_metrics": ["*"]} for name in COLLECTORS},
         "gpu": {"include_metrics": ["*"], "clocks_event_counters": ["*"], "clocks_event_reasons": ["*"]},
         "rdma": {"include_metrics": ["*"], "hw_counters": ["*"], "error_counters": ["*"]},
+        "pcie_aer": {"include_metrics": ["*"], "drivers": ["nvidia", "mlx5_core"]},
     }
 }
 
@@ -166,7 +168,7 @@ def main() -> int:
             f"{sum(ib.values()):,} | {len(ib)} | {len(plain):,} (whole response) | {zipped:,} |"
         )
 
-    for key in (("faulty", "default"), ("faulty", "full detail")):
+    for key in (("healthy", "default"), ("faulty", "default"), ("faulty", "full detail")):
         counts = runs[key][0]
         print(f"\nThe {args.top} largest families, {key[0]} node, {key[1]}:\n")
         print("| family | series |")

@@ -18,8 +18,22 @@ from typing import Any
 import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from clusterhealth.exporters.nvml import Device, GpuGone, NvmlSession, error_name, text
-from clusterhealth.exporters.nvml_health import PLATFORM_LABELS, NvmlHealth, read_health, recovery_action
+from clusterhealth.exporters.nvml import (
+    Device,
+    GpuGone,
+    NvmlSession,
+    error_name,
+    optional,
+    say_missing_names_once,
+    text,
+)
+from clusterhealth.exporters.nvml_health import (
+    PLATFORM_LABELS,
+    RECOVERY_ACTION_FIELD,
+    NvmlHealth,
+    read_health,
+    recovery_action,
+)
 
 log = logging.getLogger("clusterhealth.gpu")
 
@@ -37,40 +51,48 @@ CLOCK_EVENT_REASONS = (
 )
 # NVML's clock-event (throttle) time counters: how long each reason has held the clocks down
 # since the driver loaded, in nanoseconds, as (reason, field id). The reasons with a flag of
-# their own keep its name; the older perf-policy counters keep theirs.
-CLOCK_EVENT_COUNTERS = (
-    ("sw_power_cap", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
-    ("sync_boost", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
-    ("sw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
-    ("hw_thermal_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
-    ("hw_power_brake_slowdown", pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN),
-    # Drivers before the three slowdown counters count thermal slowdowns here, SW and HW together.
-    ("thermal", pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL),
-    ("board_limit", pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
-    ("low_utilization", pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
-    ("reliability", pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
+# their own keep its name; the older perf-policy counters keep theirs. The power-cap and
+# sync-boost counters are the perf-policy fields 74 and 76 under their newer names (nvidia-ml-py
+# 12.575 on); the three slowdown counters are new with it, and absent before.
+_SLOWDOWN_COUNTERS = "the SW/HW thermal and power-brake throttle-time counters"
+CLOCK_EVENT_COUNTERS = tuple(
+    (reason, field_id)
+    for reason, field_id in (
+        ("sw_power_cap", pynvml.NVML_FI_DEV_PERF_POLICY_POWER),
+        ("sync_boost", pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST),
+        (
+            "sw_thermal_slowdown",
+            optional("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN", _SLOWDOWN_COUNTERS),
+        ),
+        (
+            "hw_thermal_slowdown",
+            optional("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", _SLOWDOWN_COUNTERS),
+        ),
+        (
+            "hw_power_brake_slowdown",
+            optional("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", _SLOWDOWN_COUNTERS),
+        ),
+        # Drivers before the three slowdown counters count thermal slowdowns here, SW and HW together.
+        ("thermal", pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL),
+        ("board_limit", pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
+        ("low_utilization", pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
+        ("reliability", pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
+    )
+    if field_id is not None
 )
-# The reasons exported by default: what explains a slow GPU (a power cap, heat, the power brake;
-# thermal on drivers without the split counters). The others (sync boost, board limit, low
-# utilization, reliability) are read too, and exported on request.
-# The sampled clock-event flags exported by default: the reasons that slow a GPU down. gpu_idle,
-# applications_clocks_setting and display_clock_setting say why a clock is low without a fault (an
-# idle GPU, a clock someone set); `collectors.gpu.clocks_event_reasons: ['*']` adds them.
-CLOCK_EVENT_REASONS_DEFAULT = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
+# The throttle-time reasons exported by default: what explains a slow GPU (heat, the power brake;
+# thermal on drivers without the split counters). The others (the power cap, which is how a busy
+# GPU runs at its limit rather than a fault, and its sampled flag says when; sync boost, board
+# limit, low utilization, reliability) are read too, and exported with
+# `collectors.gpu.clocks_event_counters`.
 CLOCK_EVENT_COUNTERS_DEFAULT = (
-    "sw_power_cap",
     "sw_thermal_slowdown",
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
     "thermal",
 )
+# The sampled clock-event flags: every reason of SPEC by default (`clocks_event_reasons` narrows).
+CLOCK_EVENT_REASONS_DEFAULT = ("*",)
 NVLINK_ERRORS = (
     ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
     ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
@@ -238,7 +260,7 @@ def read_gpu(s: NvmlSession, index: int, handle: Any, uuid: str) -> GpuReading:
     speed = fields.get(pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
     r.nvlink_speed_bytes_per_second = speed.value * 1e6 if speed else None
     r.clocks_event_seconds = clock_event_seconds(fields)
-    action = fields.get(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    action = fields.get(RECOVERY_ACTION_FIELD) if RECOVERY_ACTION_FIELD is not None else None
     if action is not None:
         r.recovery_action = recovery_action(int(action.value))
     r.health = read_health(s, index, handle)
@@ -324,31 +346,38 @@ def _read_mig_devices(s: NvmlSession, index: int, handle: Any) -> tuple[MigDevic
 
 # The field values read for each GPU, in one nvmlDeviceGetFieldValues call, by the name NVML gives
 # them (the `call` label of an error on one field).
-FIELDS = {
-    getattr(pynvml, name): name
-    for name in (
-        "NVML_FI_DEV_MEMORY_TEMP",
-        "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
-        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
-        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
-        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
-        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
-        "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
-        "NVML_FI_DEV_PERF_POLICY_THERMAL",
-        "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT",
-        "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION",
-        "NVML_FI_DEV_PERF_POLICY_RELIABILITY",
-        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
-    )
-}
+FIELDS: dict[int, str] = {}
+for _names in (
+    ("NVML_FI_DEV_MEMORY_TEMP",),
+    ("NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",),
+    # The newest name of the field where this nvidia-ml-py has it (the ids stay the same).
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", "NVML_FI_DEV_PERF_POLICY_POWER"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST", "NVML_FI_DEV_PERF_POLICY_SYNC_BOOST"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",),
+    ("NVML_FI_DEV_PERF_POLICY_THERMAL",),
+    ("NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT",),
+    ("NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION",),
+    ("NVML_FI_DEV_PERF_POLICY_RELIABILITY",),
+    ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",),
+):
+    _name = next((n for n in _names if hasattr(pynvml, n)), None)
+    if _name is not None:  # else left out, and said once (exporters/nvml.py `optional`)
+        FIELDS[getattr(pynvml, _name)] = _name
 _VALUE_MEMBERS = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    value_type: member
+    for value_type, member in (
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal"),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal"),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal"),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal"),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal"),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal"),
+        # nvidia-ml-py 12.535 has neither the name nor the union member; no field read here has it.
+        (getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", None), "usVal"),
+    )
+    if value_type is not None
 }
 
 
@@ -371,9 +400,26 @@ def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldVal
             s.failed(index, f"nvmlDeviceGetFieldValues({FIELDS[field_id]})", pynvml.NVMLError(v.nvmlReturn))
             continue
         member = _VALUE_MEMBERS.get(v.valueType)
-        if member is not None:
+        if member is not None and hasattr(v.value, member):
             out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
     return out
+
+
+def recovery_action_of_a_gpu_waiting_for_reset(handle: Any) -> str | None:
+    """NVML's recovery action for a GPU that answers ResetRequired: the field says what to do about
+    just that state, so it is asked for alone even then. None when NVML does not answer it (then
+    the GPU is only down); the GPU's other answers are already known to be errors, so none of this
+    one's is counted."""
+    if RECOVERY_ACTION_FIELD is None or handle is None:
+        return None
+    try:
+        (answer,) = pynvml.nvmlDeviceGetFieldValues(handle, [RECOVERY_ACTION_FIELD])
+    except pynvml.NVMLError:
+        return None
+    member = _VALUE_MEMBERS.get(answer.valueType)
+    if answer.nvmlReturn != pynvml.NVML_SUCCESS or member is None or not hasattr(answer.value, member):
+        return None
+    return recovery_action(int(getattr(answer.value, member)))
 
 
 def clock_event_seconds(fields: dict[int, FieldValue]) -> dict[str, float]:
@@ -501,8 +547,15 @@ class GpuCollector:
     """
 
     name = "gpu"
-    # The per-link NVLink detail: per-GPU totals are exported instead unless a config asks.
-    opt_in = frozenset({"clusterhealth_gpu_nvlink_up", "clusterhealth_gpu_nvlink_link_errors_total"})
+    # Off unless a config asks: the per-link NVLink detail (per-GPU totals are exported instead),
+    # and the SRAM ECC threshold flag (the audit's gpu_ecc_uncorrectable turns CRITICAL on it).
+    opt_in = frozenset(
+        {
+            "clusterhealth_gpu_nvlink_up",
+            "clusterhealth_gpu_nvlink_link_errors_total",
+            "clusterhealth_gpu_sram_ecc_threshold_exceeded",
+        }
+    )
 
     def __init__(
         self,
@@ -544,6 +597,7 @@ class GpuCollector:
     def _read_all(self) -> tuple[GpuState, int | None]:
         s = self.session
         devices = s.devices(expected=self.directory.count())
+        say_missing_names_once(log)
         driver = text(s.system("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
         cuda = s.system("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         handles: dict[int, Any] = {}
@@ -571,13 +625,20 @@ class GpuCollector:
             handles[index] = handle
         except GpuGone as gone:
             reason = f"{gone.call}: {gone.error}"
+            action = None
+            if gone.error == "ResetRequired":
+                action = recovery_action_of_a_gpu_waiting_for_reset(device.handle)
+                if action is not None:
+                    reason += f" (NVML's recovery action: {action})"
             if self._down.get(index) != reason:
                 log.error(
                     "GPU %d (%s) is down: %s", index, self.directory.uuid(index) or "uuid unknown", reason
                 )
             self._down[index] = reason
             self._gpm_previous.pop(index, None)
-            return GpuReading(index=index, uuid=self.directory.uuid(index), up=False, down_reason=reason)
+            down = GpuReading(index=index, uuid=self.directory.uuid(index), up=False, down_reason=reason)
+            down.recovery_action = action
+            return down
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
             del self._down[index]
@@ -650,14 +711,14 @@ class GpuCollector:
                     fresh = True
                 due.append(r)
             except GpuGone as gone:
-                self._mark_down(r, gone)
+                self._mark_down(r, gone, handles[r.index])
         if fresh:
             time.sleep(self.gpm_min_window_seconds)
         for r in due:
             try:
                 self._gpm_metrics(r, handles[r.index])
             except GpuGone as gone:
-                self._mark_down(r, gone)
+                self._mark_down(r, gone, handles[r.index])
 
     def _gpm_metrics(self, r: GpuReading, handle: Any) -> None:
         s = self.session
@@ -692,12 +753,17 @@ class GpuCollector:
     def _flags(self, reason: str) -> bool:
         return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_reasons)
 
-    def _mark_down(self, r: GpuReading, gone: GpuGone) -> None:
+    def _mark_down(self, r: GpuReading, gone: GpuGone, handle: Any) -> None:
+        """A GPU that stopped answering after its reading was taken: what it said is dropped,
+        except what NVML says to do about a GPU waiting for a reset."""
         reason = f"{gone.call}: {gone.error}"
+        action = recovery_action_of_a_gpu_waiting_for_reset(handle) if gone.error == "ResetRequired" else None
+        if action is not None:
+            reason += f" (NVML's recovery action: {action})"
         log.error("GPU %d (%s) is down: %s", r.index, r.uuid, reason)
         self._down[r.index] = reason
         self._gpm_previous.pop(r.index, None)
-        r.up, r.down_reason = False, reason
+        r.up, r.down_reason, r.recovery_action = False, reason, action
 
     # -- mapping to metrics ------------------------------------------------------------------
 
@@ -856,7 +922,8 @@ class GpuCollector:
             (
                 f.gauge(
                     "clusterhealth_gpu_sram_ecc_threshold_exceeded",
-                    "1 when the GPU's SRAM ECC errors passed NVIDIA's threshold: replace the GPU.",
+                    "1 when the GPU's SRAM uncorrectable ECC errors passed NVIDIA's threshold (its RMA "
+                    "criterion).",
                 ),
                 "sram_ecc_threshold_exceeded",
             ),
@@ -870,7 +937,7 @@ class GpuCollector:
             (
                 f.gauge(
                     "clusterhealth_gpu_memory_unrepairable",
-                    "1 when the GPU's memory has faults it cannot repair: replace the GPU.",
+                    "1 when NVML flags the GPU's memory unrepairable (no spare left for a repair).",
                 ),
                 "memory_unrepairable",
             ),
@@ -901,9 +968,12 @@ class GpuCollector:
             ["link", "error"],
         )
         for r in readings:
+            base = [str(r.index), r.uuid]
+            if r.recovery_action is not None:
+                # Also for a GPU that is down waiting for a reset: that is when it matters.
+                recovery.add_metric([*base, r.recovery_action], 1.0)
             if not r.up:
                 continue
-            base = [str(r.index), r.uuid]
             if r.energy_joules is not None:
                 energy.add_metric(base, r.energy_joules)
             if r.pcie_replay_errors is not None:
@@ -929,8 +999,6 @@ class GpuCollector:
                 pending.add_metric(base, float(r.row_remap_pending))
             if r.row_remap_failed is not None:
                 failed.add_metric(base, float(r.row_remap_failed))
-            if r.recovery_action is not None:
-                recovery.add_metric([*base, r.recovery_action], 1.0)
             for family, attr in flags:
                 flag = getattr(r.health, attr)
                 if flag is not None:

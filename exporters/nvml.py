@@ -17,6 +17,8 @@ operator can see why a value is missing.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,6 +28,56 @@ from typing import Any, TypeVar, overload
 import pynvml
 
 T = TypeVar("T")
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+# The nvidia-ml-py release the agent runs with. pyproject allows a range of them, and each release
+# adds the names of its driver's new calls, structs and constants: a name an older release lacks
+# goes through `optional`, so that its series is absent there rather than the import failing.
+PYNVML_VERSION = _installed_version()
+# pynvml name -> what is left out without it, for the names the installed release lacks.
+MISSING_NAMES: dict[str, str] = {}
+
+
+def optional(name: str, leaves_out: str) -> Any:
+    """pynvml's `name`, or None (remembered with what is left out) where this release predates it."""
+    found = getattr(pynvml, name, None)
+    if found is None:
+        MISSING_NAMES.setdefault(name, leaves_out)
+    return found
+
+
+_missing_said = False
+
+
+def say_missing_names_once(log: logging.Logger) -> None:
+    """Log `missing_names_message` the first time a collector reads NVML in this process."""
+    global _missing_said
+    message = missing_names_message()
+    if message is not None and not _missing_said:
+        _missing_said = True
+        log.warning("%s", message)
+
+
+def missing_names_message() -> str | None:
+    """One sentence naming what the installed nvidia-ml-py lacks and what is therefore not exported."""
+    if not MISSING_NAMES:
+        return None
+    by_what: dict[str, list[str]] = {}
+    for name, what in MISSING_NAMES.items():
+        by_what.setdefault(what, []).append(name)
+    parts = "; ".join(f"{what} ({', '.join(sorted(names))})" for what, names in sorted(by_what.items()))
+    return (
+        f"nvidia-ml-py {PYNVML_VERSION} predates names the agent reads, so these are not exported: "
+        f"{parts}. A newer nvidia-ml-py (and a driver of its release) has them"
+    )
+
 
 # The value does not exist on this GPU, driver or configuration: absent, and not worth a log line.
 ABSENT = frozenset(
@@ -38,11 +90,13 @@ ABSENT = frozenset(
     }
 )
 # The device no longer answers: everything else about it is unknown.
+# NVML_ERROR_GPU_NOT_FOUND is 28 in nvml.h; nvidia-ml-py 12.535 has neither the name nor its class.
+GPU_NOT_FOUND: int = getattr(pynvml, "NVML_ERROR_GPU_NOT_FOUND", 28)
 DEVICE_GONE = frozenset(
     {
         pynvml.NVML_ERROR_GPU_IS_LOST,
         pynvml.NVML_ERROR_RESET_REQUIRED,
-        pynvml.NVML_ERROR_GPU_NOT_FOUND,
+        GPU_NOT_FOUND,
     }
 )
 # The library cannot be used at all; retried on the next cycle.
@@ -67,7 +121,10 @@ def text(value: str | bytes | None) -> str | None:
 
 def error_name(err: pynvml.NVMLError) -> str:
     """`NVMLError_GpuIsLost` -> `GpuIsLost`: a stable label value for an NVML error."""
-    return type(err).__name__.removeprefix("NVMLError_") if type(err) is not pynvml.NVMLError else "Unknown"
+    if type(err) is not pynvml.NVMLError:
+        return type(err).__name__.removeprefix("NVMLError_")
+    # An nvidia-ml-py without a class for the code (GpuNotFound before 12.550).
+    return "GpuNotFound" if err.value == GPU_NOT_FOUND else "Unknown"
 
 
 class NvmlUnavailable(Exception):
@@ -135,7 +192,7 @@ class NvmlSession:
         for index in range(max(count, expected)):
             try:
                 if index >= count:
-                    missing = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_NOT_FOUND)
+                    missing = pynvml.NVMLError(GPU_NOT_FOUND)
                     raise GpuGone(index, "nvmlDeviceGetCount", missing)
                 handle = self.require(
                     index, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index

@@ -8,8 +8,9 @@ rising count); a non-fatal one loses a transaction; a fatal one takes the link d
 log says when each happens (`clusterhealth_kernel_events_total{event="pcie_aer_*"}`); these
 counters say how many, without a log line missed or rotated away.
 
-Only the functions bound to the drivers the settings name are read (NVIDIA GPUs and mlx5 HCAs by
-default; `pcieport` adds the switch and root ports above them). Per function and severity the
+Only the functions bound to the drivers the settings name are read (mlx5 HCAs by default; `nvidia`
+adds the GPUs, whose link NVML's PCIe replay counter and Xid 79 already watch; `pcieport` adds the
+switch and root ports above them). Per function and severity the
 total is exported, from the `TOTAL_ERR_*` line, or the sum of the lines when a kernel prints none;
 the per-type breakdown stays in the files (`cat .../aer_dev_correctable`), which keeps the series
 to three per function.

@@ -58,12 +58,12 @@ ERROR_COUNTERS_DEFAULT = (
 )
 # The driver counters of hw_counters/ exported by default (`hw_counters`): congestion (receive
 # buffers exhausted; RoCE congestion notifications sent, handled, and ECN marks) and the transport
-# errors that mean lost packets (out-of-sequence arrivals, acknowledgement timeouts). The rest
-# (request and completion counts, per-opcode errors, irdma's IP and TCP counters) with
-# `hw_counters: ['*']`.
+# error that stalls a queue pair for its whole acknowledgement timeout (local_ack_timeout_err: a
+# packet or its ack was lost and the sender waited to resend). The rest (out-of-sequence arrivals,
+# which the responder NAKs and the sender resends at once; request and completion counts,
+# per-opcode errors, irdma's IP and TCP counters) with `hw_counters: ['*']`.
 HW_COUNTERS_DEFAULT = (
     "out_of_buffer",
-    "out_of_sequence",
     "local_ack_timeout_err",
     "np_cnp_sent",
     "rp_cnp_handled",

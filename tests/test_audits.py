@@ -26,6 +26,7 @@ from clusterhealth.checks.audits import (
     run_audits,
     worst,
 )
+from clusterhealth.checks.audits.gpu_health import RECOVERY_ADVICE
 from clusterhealth.checks.kernel_watch import SeenEvent
 from clusterhealth.checks.policy import (
     CHECK_NAMES,
@@ -40,6 +41,7 @@ from clusterhealth.checks.policy import (
 from clusterhealth.exporters.gpu import CLOCK_EVENT_REASONS, GpuReading
 from clusterhealth.exporters.infiniband import RdmaDevice, read_rdma_devices
 from clusterhealth.exporters.netdev import read_netdev_mtus
+from clusterhealth.exporters.nvml_health import RECOVERY_ACTIONS, NvmlHealth
 
 CLUSTER = Path(__file__).parent / "fixtures" / "sysfs" / "cluster-node" / "sys"
 GPU_IDLE = dict(CLOCK_EVENT_REASONS)["gpu_idle"]
@@ -754,3 +756,44 @@ def test_a_recovery_action_from_nvml_is_critical_and_says_what_to_do(action: str
     }
     message = of(results, "gpu_recovery_action")["4"].message
     assert f"recovery action is {action}" in message and advice in message
+
+
+@pytest.mark.parametrize("action", sorted(set(RECOVERY_ACTIONS.values()) - {"none"}))
+def test_every_recovery_action_nvidia_ml_py_names_has_advice_of_its_own(action: str) -> None:
+    # system_reboot, bus_reset, recover_imex_domain (13.615) or gpu_reset_bus (13.580) included.
+    results = audit(gpus=[h100(0, recovery_action=action)])
+    (result,) = of_all(results, "gpu_recovery_action")
+    assert result.status == CRITICAL
+    assert RECOVERY_ADVICE[action] in result.message
+    assert "see NVIDIA's documentation" not in result.message
+
+
+def test_a_gpu_waiting_for_a_reset_is_critical_with_what_nvml_says_to_do() -> None:
+    waiting = dataclasses.replace(
+        lost(2), down_reason="nvmlDeviceGetUUID: ResetRequired", recovery_action="gpu_reset"
+    )
+    said_none = dataclasses.replace(lost(3), recovery_action="none")
+    results = audit(gpus=healthy_node(gpu2=waiting, gpu3=said_none))
+    assert of(results, "gpu_recovery_action")["2"].status == CRITICAL
+    message = of(results, "gpu_recovery_action")["2"].message
+    assert "recovery action is gpu_reset" in message and "nvidia-smi -r" in message
+    assert "ResetRequired" in message
+    # A lost GPU whose field said none before it went: nothing to act on but gpu_lost.
+    assert of(results, "gpu_recovery_action")["3"].status == UNKNOWN
+    assert of(results, "gpu_lost")["2"].status == CRITICAL
+
+
+# --- gpu_ecc_uncorrectable: SRAM ------------------------------------------------------------------
+
+
+def test_sram_errors_past_nvidias_threshold_are_critical_and_ask_for_the_gpu_to_be_replaced() -> None:
+    past = h100(1, health=NvmlHealth(sram_ecc_threshold_exceeded=True))
+    below = h100(2, health=NvmlHealth(sram_ecc_threshold_exceeded=False))
+    results = audit(gpus=healthy_node(gpu1=past, gpu2=below))
+    assert of(results, "gpu_ecc_uncorrectable")["1"].status == CRITICAL
+    assert of(results, "gpu_ecc_uncorrectable")["2"].status == OK
+    message = of(results, "gpu_ecc_uncorrectable")["1"].message
+    assert "SRAM Threshold Exceeded" in message and "RMA" in message and "replaced" in message
+    # An SRAM past the threshold is CRITICAL even where the HBM counters cannot be read.
+    unread = h100(3, ecc_errors={}, health=NvmlHealth(sram_ecc_threshold_exceeded=True))
+    assert of(audit(gpus=healthy_node(gpu3=unread)), "gpu_ecc_uncorrectable")["3"].status == CRITICAL

@@ -44,7 +44,7 @@ from clusterhealth.agent.exposition import Exposition
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim import sysfs as sim_sysfs
 
-from .conftest import AgentProcess, run_cli, samples, scenario, value
+from .conftest import FIXTURES, AgentProcess, run_cli, samples, scenario, value
 
 AgentFactory = Callable[..., AgentProcess]
 
@@ -167,7 +167,15 @@ def test_nvml_error_on_a_call_family(
         assert _gpu_series(text, "1") == _gpu_series(healthy, "1"), f"{where}: GPU 1 changed"
         if error in GPU_GONE:
             assert value(text, "clusterhealth_gpu_up", gpu="0") == 0, where
-            assert _gpu_series(text, "0") == {"clusterhealth_gpu_up"}, where
+            # A GPU waiting for a reset is still asked what NVML says to do about it; the
+            # recovery-action field answers unless the call that failed is the one that reads it.
+            field = "nvmlDeviceGetFieldValues"
+            reads_it = (field, f"{field}(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)")
+            says = error == "ResetRequired" and call not in reads_it
+            recovery = {"clusterhealth_gpu_recovery_action"} if says else set()
+            assert _gpu_series(text, "0") == {"clusterhealth_gpu_up", *recovery}, where
+            if says:
+                assert value(text, "clusterhealth_gpu_recovery_action", gpu="0", action="none") == 1, where
             continue
         assert value(text, "clusterhealth_gpu_up", gpu="0") == 1, where
         errors_family = {"clusterhealth_gpu_nvml_errors_total"}
@@ -175,7 +183,7 @@ def test_nvml_error_on_a_call_family(
         # Drivers before R535 lack the clock-event call: its older twin feeds the same series.
         fallback = call == "nvmlDeviceGetCurrentClocksEventReasons" and error == "FunctionNotFound"
         # The HBM sensor still answers through the field values.
-        if series is not None and not gpm and not fallback and call != "nvmlDeviceGetTemperature":
+        if series is not None and not fallback and call != "nvmlDeviceGetTemperature":
             assert series not in _gpu_series(text, "0"), where
         errors = value(text, "clusterhealth_gpu_nvml_errors_total", gpu="0", call=call, error=error)
         if error in ABSENT:
@@ -303,6 +311,57 @@ def test_a_misbehaving_probe_is_a_clear_result(
     )
     assert value(scraped.stdout, "clusterhealth_probe_runs_total", probe="p", result=result) == 1
     assert value(scraped.stdout, "clusterhealth_probe_success", probe="p") == 0
+
+
+# Real NCCL INFO lines of a run that fell back to sockets (tests/fixtures/nccl-tests/README.md).
+SOCKETS_INFO = (
+    FIXTURES / "nccl-tests" / "nccl-debug-info" / "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "settings", "result", "transport"),
+    [
+        (["sh", "-c", f"cat {SOCKETS_INFO}; kill -SEGV $$"], {}, "failed", ("Socket", "false", "P2P")),
+        (
+            ["sh", "-c", f"cat {SOCKETS_INFO}; sleep 600"],
+            {"timeout_seconds": 2},
+            "timeout",
+            ("Socket", "false", "P2P"),
+        ),
+        (["sh", "-c", "head -c 200000 /dev/urandom"], {}, "failed", None),
+        (["/nonexistent/all_reduce_perf"], {}, "failed", None),
+    ],
+    ids=["crashes after its INFO lines", "hangs after its INFO lines", "prints garbage", "binary missing"],
+)
+def test_the_transport_of_a_run_that_went_wrong_is_what_its_output_said(
+    tmp_path: Path, argv: list[str], settings: dict[str, Any], result: str, transport: tuple[str, ...] | None
+) -> None:
+    # First a run on IB that says so, then the run that goes wrong: the exported transport is the
+    # last run's, what its NCCL said before it failed, or none.
+    capture = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
+    ib_info = (
+        FIXTURES / "nccl-tests" / "nccl-debug-info" / "nccl-issue-429_p2p_direct_pointer_and_ib_gdrdma.log"
+    )
+    config = _probe_config(tmp_path, ["cat", str(ib_info), str(capture)])
+    code, run, _ = _probe_run(config)
+    assert (code, run["transport"]) == (0, {"net": "IB", "gdrdma": True, "intra": "P2P"}), run
+    scraped = run_cli("scrape", "--config", str(config), "--kmsg-path", "/dev/null").stdout
+    info = "clusterhealth_probe_transport_info"
+    assert value(scraped, info, probe="p", net="IB", gdrdma="true", intra="P2P") == 1
+    config = _probe_config(tmp_path, argv, **settings)
+    code, run, stderr = _probe_run(config)
+    assert (code, run["result"]) == (2, result), run
+    assert "Traceback" not in stderr
+    scraped = run_cli("scrape", "--config", str(config), "--kmsg-path", "/dev/null")
+    assert scraped.returncode == 0 and "Traceback" not in scraped.stderr, scraped.stderr
+    rows = [dict(ls) for n, ls in samples(scraped.stdout) if n == info]
+    if transport is None:
+        assert rows == [], rows
+    else:
+        assert rows == [{"probe": "p", "net": transport[0], "gdrdma": transport[1], "intra": transport[2]}]
+    assert value(scraped.stdout, "clusterhealth_probe_success", probe="p") == 0
+    assert value(scraped.stdout, "clusterhealth_scrape_collector_success", collector="probes") == 1
 
 
 @pytest.fixture

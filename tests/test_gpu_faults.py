@@ -24,6 +24,7 @@ from clusterhealth.exporters.gpu import (
     GpuReading,
     clock_event_seconds,
 )
+from clusterhealth.exporters.nvml_health import RECOVERY_ACTIONS
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import CLOCK_EVENT_BITS
 
@@ -130,22 +131,25 @@ def test_throttle_time_counts_the_seconds_each_reason_held_the_clocks(scrape: Ca
     )
 
 
-def test_by_default_the_reasons_that_explain_a_slow_gpu_are_exported(scrape: Callable[..., str]) -> None:
-    text = scrape(scenario(gpu_count=1))
-    reasons = {
-        dict(labels)["reason"]
-        for (name, labels) in samples(text)
-        if name == "clusterhealth_gpu_clocks_event_seconds_total"
-    }
-    assert reasons == {
-        "sw_power_cap",
-        "sw_thermal_slowdown",
-        "hw_thermal_slowdown",
-        "hw_power_brake_slowdown",
-    }
+def test_by_default_the_throttle_time_of_the_reasons_that_are_faults_is_exported(
+    scrape: Callable[..., str],
+) -> None:
+    def counters(text: str) -> set[str]:
+        return {
+            dict(labels)["reason"]
+            for (name, labels) in samples(text)
+            if name == "clusterhealth_gpu_clocks_event_seconds_total"
+        }
+
+    # Heat and the power brake; the power cap (how a busy GPU runs at its limit) on request.
+    faults = {"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+    assert counters(scrape(scenario(gpu_count=1))) == faults
+    every = scrape(scenario(gpu_count=1), clocks_event_counters=["*"])
+    others = {"sw_power_cap", "sync_boost", "board_limit", "low_utilization", "reliability"}
+    assert counters(every) == faults | others
 
 
-def test_by_default_the_flags_are_the_reasons_that_slow_a_gpu_down(scrape: Callable[..., str]) -> None:
+def test_by_default_every_flag_of_spec_is_exported(scrape: Callable[..., str]) -> None:
     def flags(text: str) -> set[str]:
         return {
             dict(labels)["reason"]
@@ -153,7 +157,9 @@ def test_by_default_the_flags_are_the_reasons_that_slow_a_gpu_down(scrape: Calla
             if name == "clusterhealth_gpu_clocks_event_active"
         }
 
-    slowing = {
+    assert flags(scrape(scenario(gpu_count=1))) == set(CLOCK_EVENT_BITS)
+    slowing = ["sw_*", "hw_*", "sync_boost"]
+    assert flags(scrape(scenario(gpu_count=1), clocks_event_reasons=slowing)) == {
         "sw_power_cap",
         "hw_slowdown",
         "sync_boost",
@@ -161,9 +167,6 @@ def test_by_default_the_flags_are_the_reasons_that_slow_a_gpu_down(scrape: Calla
         "hw_thermal_slowdown",
         "hw_power_brake_slowdown",
     }
-    assert flags(scrape(scenario(gpu_count=1))) == slowing
-    every = scrape(scenario(gpu_count=1), clocks_event_reasons=["*"])
-    assert flags(every) == slowing | {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
 
 
 def test_a_driver_without_the_slowdown_counters_counts_thermal_time_together(
@@ -200,12 +203,16 @@ def test_a_throttle_counter_id_answered_with_another_type_is_another_field() -> 
     assert clock_event_seconds(fields) == {"sw_power_cap": 2.5, "thermal": 7.0}
 
 
-@pytest.mark.parametrize(
-    "action",
-    ["none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", "recover_imex_domain", "bus_reset"],
+# Every action the installed nvidia-ml-py names (13.615: also recover_imex_domain, bus_reset and
+# system_reboot), besides the five nvml.h has had since R570.
+ACTIONS = sorted(
+    {"none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", *RECOVERY_ACTIONS.values()}
 )
+
+
+@pytest.mark.parametrize("action", ACTIONS)
 def test_the_recovery_action_is_named_as_nvml_names_it(scrape: Callable[..., str], action: str) -> None:
-    # A GPU stuck "reset required" after an Xid the agent never saw: the driver still says so.
+    # A GPU that needs a reset after an Xid the agent never saw: the driver still says so.
     text = scrape(scenario(faults=[fault(1, set={"recovery_action": action})]))
     actions = {
         dict(labels)["action"]: v
@@ -215,6 +222,33 @@ def test_the_recovery_action_is_named_as_nvml_names_it(scrape: Callable[..., str
     assert actions == {action: 1.0}
     assert value(text, "clusterhealth_gpu_recovery_action", gpu="0", action="none") == 1
     assert value(text, "clusterhealth_gpu_up", gpu="1") == 1
+    # The audit asks for the action (checks/audits/gpu_health.py says what each one means).
+    check = value(text, "clusterhealth_check_status", check="gpu_recovery_action", subject="1")
+    assert check == (0 if action == "none" else 2)
+
+
+@pytest.mark.parametrize("action", ["gpu_reset", "node_reboot"])
+def test_a_gpu_waiting_for_a_reset_still_says_its_recovery_action(
+    scrape: Callable[..., str], action: str
+) -> None:
+    # GPU 1 answers ResetRequired to every call but the recovery-action field, which says what to do.
+    text = scrape(scenario(faults=[fault(1, reset_required=True, set={"recovery_action": action})]))
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 0
+    gpu1 = {name for name, labels in samples(text) if dict(labels).get("gpu") == "1"}
+    assert gpu1 == {"clusterhealth_gpu_up", "clusterhealth_gpu_recovery_action"}
+    assert value(text, "clusterhealth_gpu_recovery_action", gpu="1", action=action) == 1
+    assert value(text, "clusterhealth_check_status", check="gpu_recovery_action", subject="1") == 2
+    assert value(text, "clusterhealth_check_status", check="gpu_lost", subject="1") == 2
+    assert value(text, "clusterhealth_gpu_up", gpu="0") == 1
+
+
+def test_a_gpu_waiting_for_a_reset_on_a_driver_without_the_field_is_only_down(
+    scrape: Callable[..., str],
+) -> None:
+    text = scrape(scenario(gpu={"recovery_action": None}, faults=[fault(1, reset_required=True)]))
+    assert value(text, "clusterhealth_gpu_up", gpu="1") == 0
+    assert "clusterhealth_gpu_recovery_action" not in text
+    assert value(text, "clusterhealth_check_status", check="gpu_recovery_action", subject="1") == 3
 
 
 def test_a_driver_without_the_recovery_action_field_leaves_it_absent(scrape: Callable[..., str]) -> None:
@@ -224,14 +258,20 @@ def test_a_driver_without_the_recovery_action_field_leaves_it_absent(scrape: Cal
 
 
 def test_sram_ecc_errors_past_the_threshold(scrape: Callable[..., str]) -> None:
-    text = scrape(
-        scenario(
-            gpus={1: {"sram_ecc_supported": False}},
-            faults=[fault(0, set={"sram_ecc_threshold_exceeded": True, "sram_ecc_uncorrected_parity": 4})],
-        )
+    data = scenario(
+        gpu_count=3,
+        gpus={1: {"sram_ecc_supported": False}},
+        faults=[fault(0, set={"sram_ecc_threshold_exceeded": True, "sram_ecc_uncorrected_parity": 4})],
     )
+    # By default the audit says it (a CRITICAL gpu_ecc_uncorrectable); the flag itself is opt-in.
+    text = scrape(data)
+    assert "clusterhealth_gpu_sram_ecc_threshold_exceeded" not in text
+    assert value(text, "clusterhealth_check_status", check="gpu_ecc_uncorrectable", subject="0") == 2
+    assert value(text, "clusterhealth_check_status", check="gpu_ecc_uncorrectable", subject="2") == 0
+    text = scrape(data, include_metrics=["clusterhealth_gpu_sram_*"])
     assert value(text, "clusterhealth_gpu_sram_ecc_threshold_exceeded", gpu="0") == 1
     assert value(text, "clusterhealth_gpu_sram_ecc_threshold_exceeded", gpu="1") is None
+    assert value(text, "clusterhealth_gpu_sram_ecc_threshold_exceeded", gpu="2") == 0
 
 
 @pytest.mark.parametrize(

@@ -46,10 +46,17 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
-def test_the_anchor_rule_is_githubs() -> None:
-    page = ROOT / "docs" / "performance.md"
-    assert "series-per-scrape-benchmarksseriespy-2026-11-26" in anchors(page)
-    assert "jobs-which-job-a-fault-hits" in anchors(ROOT / "docs" / "metrics.md")
+def test_the_anchor_rule_is_githubs(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Series per scrape (`benchmarks/series.py`), 2026-11-26\n\n## Jobs: which job a fault hits\n\n"
+        "```sh\n# not a heading\n```\n\n## Jobs: which job a fault hits\n"
+    )
+    assert anchors(page) == {
+        "series-per-scrape-benchmarksseriespy-2026-11-26",
+        "jobs-which-job-a-fault-hits",
+        "jobs-which-job-a-fault-hits-1",
+    }
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

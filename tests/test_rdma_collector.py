@@ -467,7 +467,7 @@ def test_the_default_counters_are_the_curated_ones_and_all_is_every_file() -> No
     ib = {
         dict(labels)["counter"] for name, labels in curated if name == hw and ("device", "mlx5_0") in labels
     }
-    assert ib == {"out_of_buffer", "out_of_sequence", "local_ack_timeout_err"}
+    assert ib == {"out_of_buffer", "local_ack_timeout_err"}
     assert len(label_values(every, hw, "counter")) > 50  # mlx5's and irdma's every file
     assert {k: v for k, v in every.items() if k[0] not in (errors, hw)} == {
         k: v for k, v in curated.items() if k[0] not in (errors, hw)

@@ -113,7 +113,9 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "gpu_ecc_uncorrectable",
         "GPU",
-        "volatile uncorrectable ECC errors since the driver loaded",
+        "volatile uncorrectable ECC errors since the driver loaded; SRAM uncorrectable errors past "
+        "NVIDIA's threshold (CRITICAL: NVIDIA's RMA criterion for SRAM in its GPU Memory "
+        "Error Management, RMA Policy: confirm with the field diagnostic and replace)",
         gpu_health.gpu_ecc_uncorrectable,
     ),
     Check(
@@ -133,7 +135,8 @@ CHECKS: tuple[Check, ...] = (
         "gpu_recovery_action",
         "GPU",
         "NVML's recovery action for the GPU is not `none` (gpu_reset, node_reboot, drain_p2p, "
-        "drain_and_reset, ...); GPUs whose driver does not say have no result",
+        "drain_and_reset, system_reboot, ...), also for a GPU that answers everything else with "
+        "ResetRequired; GPUs whose driver does not say have no result",
         gpu_health.gpu_recovery_action,
     ),
 )

@@ -1,5 +1,5 @@
-"""Current GPU health: GPUs present and answering, uncorrectable ECC, row remaps, recent Xids, and
-the recovery action NVML states."""
+"""Current GPU health: GPUs present and answering, uncorrectable ECC (HBM, and SRAM past NVIDIA's
+threshold), row remaps, recent Xids, and the recovery action NVML states."""
 
 from __future__ import annotations
 
@@ -64,6 +64,19 @@ def gpu_ecc_uncorrectable(policy: Policy, obs: Observations) -> list[CheckResult
     def judge(gpu: GpuReading) -> CheckResult:
         subject = str(gpu.index)
         volatile = gpu.ecc_errors.get(("uncorrected", "volatile"))
+        if gpu.health.sram_ecc_threshold_exceeded:
+            # NVIDIA's GPU Memory Error Management, "RMA Policy": the SRAM Threshold Exceeded flag
+            # is the RMA criterion for SRAM uncorrectable errors (more than 4 unique uncorrectable
+            # events in an address bank of a parity-protected SRAM, more than 2 of a SEC-DED one).
+            hbm = f"; {volatile} uncorrectable HBM ECC errors since the driver loaded" if volatile else ""
+            return CheckResult(
+                "gpu_ecc_uncorrectable",
+                subject,
+                Status.CRITICAL,
+                f"GPU {subject}: its SRAM uncorrectable ECC errors passed NVIDIA's threshold (SRAM "
+                f"Threshold Exceeded){hbm}: that meets NVIDIA's RMA criteria. Drain the GPU, confirm "
+                "with NVIDIA's field diagnostic and have it replaced (nvidia-smi -q -d ECC shows the counts)",
+            )
         if volatile is None:
             return CheckResult(
                 "gpu_ecc_uncorrectable",
@@ -128,15 +141,21 @@ def gpu_row_remap(policy: Policy, obs: Observations) -> list[CheckResult]:
     return each_gpu("gpu_row_remap", obs, judge)
 
 
-# What to do for each recovery action NVML states (nvmlDeviceGpuRecoveryAction_t).
+# What to do for each recovery action NVML states (nvmlDeviceGpuRecoveryAction_t), by the names
+# nvidia-ml-py gives them (13.580 names value 5 gpu_reset_bus, 13.615 recover_imex_domain; see
+# exporters/nvml_health.py). NVIDIA's GPU Memory Error Management, "Error Recovery and Response
+# Flags", says what the first five mean.
 RECOVERY_ADVICE = {
     "gpu_reset": "drain the GPU, end its processes and reset it (nvidia-smi -r)",
     "node_reboot": "drain the node and reboot it: the fault may have left the OS inconsistent",
-    "drain_p2p": "stop the jobs that use the GPU's peer-to-peer (NVLink) traffic and let it drain",
-    "drain_and_reset": "stop its peer-to-peer traffic, then reset the GPU (nvidia-smi -r)",
+    "drain_p2p": "end the processes that use the GPU's peer-to-peer traffic and disable UVM persistence "
+    "mode, then read the recovery action again",
+    "drain_and_reset": "end the processes that use its peer-to-peer traffic, then reset the GPU "
+    "(nvidia-smi -r)",
+    "gpu_reset_bus": "drain the GPU and reset it through its PCIe bus",
     "recover_imex_domain": "recover the node's IMEX domain (multi-node NVLink)",
-    "bus_reset": "reset the GPU's PCIe bus",
-    "system_reboot": "reboot the system",
+    "bus_reset": "drain the GPU and reset it through its PCIe bus",
+    "system_reboot": "drain the node and reboot it",
 }
 
 
@@ -148,7 +167,7 @@ def gpu_recovery_action(policy: Policy, obs: Observations) -> list[CheckResult]:
     results = []
     for gpu in obs.gpus:
         subject = str(gpu.index)
-        if not gpu.up:
+        if not gpu.up and gpu.recovery_action in (None, "none"):
             results.append(lost("gpu_recovery_action", gpu))
         elif gpu.recovery_action == "none":
             results.append(
@@ -158,13 +177,15 @@ def gpu_recovery_action(policy: Policy, obs: Observations) -> list[CheckResult]:
             )
         elif gpu.recovery_action is not None:
             advice = RECOVERY_ADVICE.get(gpu.recovery_action, "see NVIDIA's documentation of the action")
+            # A GPU that waits for a reset answers nothing else, but still says what to do.
+            down = "" if gpu.up else f" (it answers NVML nothing else: {gpu.down_reason})"
             results.append(
                 CheckResult(
                     "gpu_recovery_action",
                     subject,
                     Status.CRITICAL,
-                    f"GPU {subject}: NVML's recovery action is {gpu.recovery_action}: {advice}. It "
-                    "stays until done, whenever the fault (an Xid) happened",
+                    f"GPU {subject}: NVML's recovery action is {gpu.recovery_action}{down}: {advice}. "
+                    "It stays until done, whenever the fault (an Xid) happened",
                 )
             )
     return results

@@ -38,18 +38,30 @@ _HANDLE_BASE = 0x1000  # handles are opaque pointers: never 0, never dereference
 _MIG_HANDLE_BASE = 0x10000
 _MIG_SLOTS = 8  # nvmlDeviceGetMaxMigDeviceCount of an H100 (7 instances) rounded up
 
-# The field id of each throttle-time counter (nanoseconds, unsigned 64-bit).
+# The field id of each throttle-time counter (nanoseconds, unsigned 64-bit), as the installed
+# nvidia-ml-py numbers them (the agent asks for those); a counter it has no name for is not answered.
 _CLOCK_EVENT_FIELDS = {
-    "sw_power_cap": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
-    "sync_boost": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
-    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
-    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
-    "hw_power_brake_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
-    "thermal": pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,
-    "board_limit": pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-    "low_utilization": pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-    "reliability": pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+    counter: getattr(pynvml, name)
+    for counter, name in (
+        ("sw_power_cap", "NVML_FI_DEV_PERF_POLICY_POWER"),
+        ("sync_boost", "NVML_FI_DEV_PERF_POLICY_SYNC_BOOST"),
+        ("sw_thermal_slowdown", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
+        ("hw_thermal_slowdown", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN"),
+        ("hw_power_brake_slowdown", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN"),
+        ("thermal", "NVML_FI_DEV_PERF_POLICY_THERMAL"),
+        ("board_limit", "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT"),
+        ("low_utilization", "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION"),
+        ("reliability", "NVML_FI_DEV_PERF_POLICY_RELIABILITY"),
+    )
+    if hasattr(pynvml, name)
 }
+# The recovery action's field (230 in nvml.h since R570); nvidia-ml-py 12.535 has no name for it.
+_RECOVERY_ACTION_FIELD = getattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)
+# The versions of the structs, as nvml.h defines them (older nvidia-ml-py releases lack some names).
+_SRAM_V1 = 0x1000068
+_REPAIR_V1 = 0x100000C
+_FABRIC_VERSIONS = {0x02000024: 2, 0x3000028: 3}
+_PLATFORM_VERSIONS = {0x100002C: 1, 0x200002C: 2}
 
 
 def _address(ptr: Any) -> int:
@@ -150,6 +162,10 @@ class SimulatedLibrary:
         t = self.now()
         return any(f.lost and index in f.gpus and f.active(t) for f in self.scenario.faults)
 
+    def _reset_required(self, index: int) -> bool:
+        t = self.now()
+        return any(f.reset_required and index in f.gpus and f.active(t) for f in self.scenario.faults)
+
     def _fault_code(self, index: int, call: str) -> int:
         t = self.now()
         for fault in self.scenario.faults:
@@ -157,6 +173,9 @@ class SimulatedLibrary:
                 time.sleep(fault.hang[call])
         if self._lost(index):
             return pynvml.NVML_ERROR_GPU_IS_LOST
+        # Field values answer field by field (_item_code): the recovery action still answers.
+        if self._reset_required(index) and call != "nvmlDeviceGetFieldValues":
+            return pynvml.NVML_ERROR_RESET_REQUIRED
         for fault in self.scenario.faults:
             if index in fault.gpus and fault.active(t) and call in fault.errors:
                 return fault.errors[call]
@@ -164,8 +183,13 @@ class SimulatedLibrary:
 
     def _item_code(self, index: int, call: str, item: int) -> int:
         """A fault on one item of a call that answers many (a GPM metric, a field value): a fault's
-        `errors` names it `call(NVML_CONSTANT_NAME)`, any of pynvml's names for that id."""
+        `errors` names it `call(NVML_CONSTANT_NAME)`, any of pynvml's names for that id. A GPU that
+        waits for a reset answers only its recovery action."""
         t = self.now()
+        if self._reset_required(index) and not (
+            call == "nvmlDeviceGetFieldValues" and item == _RECOVERY_ACTION_FIELD
+        ):
+            return pynvml.NVML_ERROR_RESET_REQUIRED
         for fault in self.scenario.faults:
             if index not in fault.gpus or not fault.active(t):
                 continue
@@ -382,13 +406,15 @@ class SimulatedLibrary:
                 state["nvlink_speed_mbps"],
             )
         if state["recovery_action"] is not None:
-            answers[pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION] = (
+            answers[_RECOVERY_ACTION_FIELD] = (
                 pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
                 "uiVal",
                 RECOVERY_ACTIONS[state["recovery_action"]],
             )
         held = self.clocks_event_seconds(index)
         for counter in state["clocks_event_counters"]:
+            if counter not in _CLOCK_EVENT_FIELDS:
+                continue
             answers[_CLOCK_EVENT_FIELDS[counter]] = (
                 pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
                 "ullVal",
@@ -489,7 +515,7 @@ class SimulatedLibrary:
         if not state["sram_ecc_supported"]:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         status = ref._obj
-        if status.version != pynvml.nvmlEccSramErrorStatus_v1:
+        if status.version != _SRAM_V1:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         parity, secded = state["sram_ecc_uncorrected_parity"], state["sram_ecc_uncorrected_secded"]
         status.aggregateUncParity = status.volatileUncParity = parity
@@ -504,7 +530,7 @@ class SimulatedLibrary:
         if not state["memory_repair_supported"]:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         status = ref._obj
-        if status.version != pynvml.nvmlRepairStatus_v1:
+        if status.version != _REPAIR_V1:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         status.bChannelRepairPending = int(state["channel_repair_pending"])
         status.bTpcRepairPending = int(state["tpc_repair_pending"])
@@ -522,8 +548,7 @@ class SimulatedLibrary:
         if not state["fabric_supported"]:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         info = ref._obj
-        versions = {pynvml.nvmlGpuFabricInfo_v2: 2, pynvml.nvmlGpuFabricInfo_v3: 3}
-        if versions.get(info.version, 99) > state["fabric_info_version"]:
+        if _FABRIC_VERSIONS.get(info.version, 99) > state["fabric_info_version"]:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         info.state = FABRIC_STATES[state["fabric_state"]]
         info.status = 0 if state["fabric_status"] == "Success" else ERROR_CODES[state["fabric_status"]]
@@ -535,15 +560,10 @@ class SimulatedLibrary:
             fine = 1 if name in ("incorrect_configuration", "fabric_manager_disconnected") else 2
             mask |= (bad if name in state["fabric_conditions"] else fine) << shift
         info.healthMask = mask
-        if isinstance(info, pynvml.c_nvmlGpuFabricInfo_v3_t):
+        if hasattr(info, "healthSummary"):  # version 3
             conditions = set(state["fabric_conditions"])
-            info.healthSummary = (
-                pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
-                if not conditions
-                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
-                if conditions == {"degraded_bandwidth"}
-                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
-            )
+            # NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY, _UNHEALTHY, _LIMITED_CAPACITY in nvml.h.
+            info.healthSummary = 1 if not conditions else 3 if conditions == {"degraded_bandwidth"} else 2
         return pynvml.NVML_SUCCESS
 
     @_device_call
@@ -552,10 +572,9 @@ class SimulatedLibrary:
         if platform is None:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         info = ref._obj
-        versions = {pynvml.nvmlPlatformInfo_v1: 1, pynvml.nvmlPlatformInfo_v2: 2}
-        if versions.get(info.version, 99) > state["platform_info_version"]:
+        if _PLATFORM_VERSIONS.get(info.version, 99) > state["platform_info_version"]:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        if isinstance(info, pynvml.c_nvmlPlatformInfo_v2_t):
+        if hasattr(info, "chassisSerialNumber"):  # version 2
             info.chassisSerialNumber = str(platform["chassis_serial"]).encode()
             info.slotNumber, info.trayIndex = bytes([platform["slot"]]), bytes([platform["tray"]])
             info.hostId = bytes([platform["host_id"]])

@@ -4,7 +4,8 @@ A scenario names the GPUs (`gpu_count`, `gpu:` for keys every GPU shares, `gpus:
 keys are those of `GPU_DEFAULTS`; who runs on a GPU is its `compute_processes`, each a pid with the
 line of `/proc/<pid>/cgroup` that places it in a Slurm job or a Kubernetes pod, which
 exporters/sim/procfs.py lays out), the driver, and `faults:`, each of which sets keys, loses the
-GPU, raises Xid events, makes NVML calls fail with a named error or hang, from one instant to
+GPU or leaves it waiting for a reset, raises Xid events, makes NVML calls fail with a named error or
+hang, from one instant to
 another; `kernel_log:` and `tour:` feed the demo. `load_scenario` checks every key once and returns
 a frozen `Scenario`, or raises `ScenarioError` naming the file, the key and what was expected.
 The simulated library that answers NVML's calls from a scenario is exporters/sim/nvml.py; the
@@ -62,42 +63,47 @@ ERROR_CODES = {
     cls.__name__.removeprefix("NVMLError_"): code for code, cls in pynvml.NVMLError._valClassMapping.items()
 }
 
+# NVML's recovery actions: the values nvml.h has had since R570, and whatever else the installed
+# nvidia-ml-py names (the simulated driver answers values, which the agent names by its pynvml).
 RECOVERY_ACTIONS = {
-    name.removeprefix("NVML_GPU_RECOVERY_ACTION_").lower(): getattr(pynvml, name)
-    for name in dir(pynvml)
-    if name.startswith("NVML_GPU_RECOVERY_ACTION_")
+    "none": 0,
+    "gpu_reset": 1,
+    "node_reboot": 2,
+    "drain_p2p": 3,
+    "drain_and_reset": 4,
+    **{
+        name.removeprefix("NVML_GPU_RECOVERY_ACTION_").lower(): getattr(pynvml, name)
+        for name in dir(pynvml)
+        if name.startswith("NVML_GPU_RECOVERY_ACTION_")
+    },
 }
 FABRIC_STATES = {
     "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
     "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
     "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
 }
-# A fabric health-mask condition in its bad state: (shift, value).
-FABRIC_CONDITIONS = {
-    "degraded_bandwidth": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE,
-    ),
-    "route_recovery": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_TRUE,
-    ),
-    "route_unhealthy": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE,
-    ),
-    "access_timeout_recovery": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_TRUE,
-    ),
+# A fabric health-mask condition in its bad state, by the pynvml names of its shift and value.
+FABRIC_CONDITION_NAMES = {
+    "degraded_bandwidth": ("SHIFT_DEGRADED_BW", "DEGRADED_BW_TRUE"),
+    "route_recovery": ("SHIFT_ROUTE_RECOVERY", "ROUTE_RECOVERY_TRUE"),
+    "route_unhealthy": ("SHIFT_ROUTE_UNHEALTHY", "ROUTE_UNHEALTHY_TRUE"),
+    "access_timeout_recovery": ("SHIFT_ACCESS_TIMEOUT_RECOVERY", "ACCESS_TIMEOUT_RECOVERY_TRUE"),
     "incorrect_configuration": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS,
+        "SHIFT_INCORRECT_CONFIGURATION",
+        "INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS",
     ),
-    "fabric_manager_disconnected": (
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_GFM_STATE,
-        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_GFM_STATE_DISCONNECTED,
-    ),
+    "fabric_manager_disconnected": ("SHIFT_GFM_STATE", "GFM_STATE_DISCONNECTED"),
+}
+# (shift, value) of each condition the installed nvidia-ml-py has constants for; a scenario may
+# name the others, which a release without them cannot express (and the agent does not read).
+FABRIC_CONDITIONS = {
+    name: (
+        getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{shift}"),
+        getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{bad}"),
+    )
+    for name, (shift, bad) in FABRIC_CONDITION_NAMES.items()
+    if hasattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{shift}")
+    and hasattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{bad}")
 }
 PLATFORM_KEYS = {"chassis_serial", "slot", "tray", "host_id", "module_id"}
 # GPU keys that may be null, that take one of a few values, or a list of them.
@@ -110,7 +116,7 @@ CHOICES: dict[str, Collection[str]] = {
 LIST_CHOICES: dict[str, Collection[str]] = {
     "clocks_event_reasons": CLOCK_EVENT_BITS,
     "clocks_event_counters": CLOCK_EVENT_COUNTERS,
-    "fabric_conditions": FABRIC_CONDITIONS,
+    "fabric_conditions": FABRIC_CONDITION_NAMES,
 }
 
 # The simulated H100 node's GPU, which a scenario's `gpu:` overrides key by key.
@@ -238,6 +244,7 @@ FAULT_KEYS = {
     "until_seconds",
     "set",
     "lost",
+    "reset_required",
     "xid",
     "errors",
     "hang",
@@ -267,6 +274,9 @@ class Fault:
     hang: Mapping[str, float]
     description: str
     look: str  # where the fault shows in the exposition, for the demo's tour
+    # Every call about the GPU answers ResetRequired, but the recovery-action field (what NVML says
+    # to do about it) still answers.
+    reset_required: bool = False
 
     def active(self, t: float) -> bool:
         return self.from_seconds <= t and (self.until_seconds is None or t < self.until_seconds)
@@ -524,6 +534,9 @@ def _fault(data: Any, source: str, prefix: str, count: int) -> Fault:
         else float(_typed(until, (int, float), source, f"{prefix}.until_seconds")),
         set=_gpu_state(data.get("set", {}), source, f"{prefix}.set"),
         lost=bool(_typed(data.get("lost", False), bool, source, f"{prefix}.lost")),
+        reset_required=bool(
+            _typed(data.get("reset_required", False), bool, source, f"{prefix}.reset_required")
+        ),
         xids=tuple(_typed(x, int, source, f"{prefix}.xid") for x in xids),
         errors=errors,
         hang={
