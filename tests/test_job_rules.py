@@ -1,4 +1,4 @@
-"""The job rules (deploy/prometheus/mixin.py `job_groups`) under `promtool test rules`: JobStraggler
+"""The job rules (deploy/prometheus/clusterhealth_mixin/jobs.py) under `promtool test rules`: JobStraggler
 fires for a slow GPU of a busy multi-GPU job and stays quiet for a healthy job, a GPU just inside
 the margin, a single-GPU job and a job whose GPUs all idle; JobHitByNodeFault names the job on a
 node with a critical alert, not a warning, nor a node without a job. (The cases join
