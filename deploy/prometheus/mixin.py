@@ -3,10 +3,11 @@
 The rules live in clusterhealth_mixin/ beside this file, one module per alert area, with their
 selectors and thresholds the fields of `Config` (clusterhealth_mixin/config.py). `python
 deploy/prometheus/mixin.py` writes the committed files (`make generate`: the rules, the chart's
-copy, docs/deploy.md's tables, the Xid runbook's table and the Alertmanager example's
-inhibitions), and `--config FILE` regenerates them with a user's own values (a YAML mapping of
-field names, e.g. `{selector: 'job="gpu-health"', for_sustained: 30m}`).
-tests/test_prometheus_rules.py regenerates with the defaults and compares byte for byte.
+copy, docs/deploy.md's tables, the Xid runbook's table, the Alertmanager example's inhibitions
+and tests.yaml, the promtool tests of the areas' cases), and `--config FILE` regenerates them with
+a user's own values (a YAML mapping of field names, e.g. `{selector: 'job="gpu-health"',
+for_sustained: 30m}`). tests/test_prometheus_rules.py regenerates with the defaults and compares
+byte for byte.
 
 Conventions (kubernetes-mixin, node-mixin): recording rules are named `level:metric:operations`;
 every alert has `severity` (`critical` pages someone now, `warning` is a ticket), a summary
@@ -27,13 +28,15 @@ from pathlib import Path
 # Run as a script, this file's folder is on sys.path; imported by path (tests/mixin.py), the
 # package is loaded first under the same name.
 from clusterhealth_mixin.alertmanager import inhibit_rules, inhibitions_yaml, with_inhibitions
-from clusterhealth_mixin.areas import alerts, groups
+from clusterhealth_mixin.areas import alerts, cases, groups
+from clusterhealth_mixin.cases import Case, Expr, Firing, Sample, promtool_group, tests_file
 from clusterhealth_mixin.config import CRITICAL_XIDS, TEST_PROFILE, TICKET_XIDS, Config, load_config
 from clusterhealth_mixin.docs import reference_markdown, with_reference, xid_runbook
 from clusterhealth_mixin.fleet import pairwise_host
 from clusterhealth_mixin.jobs import job_signals
 from clusterhealth_mixin.lib import SUBJECTS, Alert, Group, Record
-from clusterhealth_mixin.rulefile import render, rule_file
+from clusterhealth_mixin.rulefile import render, render_tests, rule_file
+from clusterhealth_mixin.templates import expand
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES_FILE = ROOT / "deploy" / "prometheus" / "clusterhealth-rules.yaml"
@@ -44,6 +47,8 @@ CHART_RULES_FILE = (
 )
 ALERTMANAGER_FILE = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 DOC_FILE = ROOT / "docs" / "deploy.md"
+# The promtool tests of the rules, beside them: `promtool test rules deploy/prometheus/tests.yaml`.
+TESTS_FILE = ROOT / "deploy" / "prometheus" / "tests.yaml"
 
 __all__ = [
     "CRITICAL_XIDS",
@@ -51,10 +56,16 @@ __all__ = [
     "TEST_PROFILE",
     "TICKET_XIDS",
     "Alert",
+    "Case",
     "Config",
+    "Expr",
+    "Firing",
     "Group",
     "Record",
+    "Sample",
     "alerts",
+    "cases",
+    "expand",
     "groups",
     "inhibit_rules",
     "inhibitions_yaml",
@@ -62,9 +73,12 @@ __all__ = [
     "load_config",
     "main",
     "pairwise_host",
+    "promtool_group",
     "reference_markdown",
     "render",
+    "render_tests",
     "rule_file",
+    "tests_file",
     "with_inhibitions",
     "with_reference",
     "xid_runbook",
@@ -84,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         DOC_FILE.write_text(with_reference(DOC_FILE.read_text(), config))
         XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config))
         ALERTMANAGER_FILE.write_text(with_inhibitions(ALERTMANAGER_FILE.read_text(), config))
+        if config == Config():
+            TESTS_FILE.write_text(render_tests(config))
+        else:
+            print(f"{TESTS_FILE} not rewritten: its cases are for the default parameters", file=sys.stderr)
     return 0
 
 

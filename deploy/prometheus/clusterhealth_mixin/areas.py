@@ -1,8 +1,22 @@
-"""The rule file's groups, area by area, in the order they are written."""
+"""The rule file's groups, area by area, in the order they are written, and the areas' promtool
+cases in the same order."""
 
 from __future__ import annotations
 
-from . import agent, fleet, gpu, jobs, rdma, recording
+from . import (
+    agent,
+    agent_cases,
+    fleet,
+    fleet_cases,
+    gpu,
+    gpu_cases,
+    jobs,
+    jobs_cases,
+    rdma,
+    rdma_cases,
+    recording,
+)
+from .cases import Case
 from .config import Config
 from .lib import Alert, Group
 
@@ -20,3 +34,13 @@ def groups(c: Config) -> list[Group]:
 
 def alerts(config: Config) -> list[Alert]:
     return [rule for group in groups(config) for rule in group.rules if isinstance(rule, Alert)]
+
+
+def cases() -> list[Case]:
+    return [
+        *gpu_cases.CASES,
+        *rdma_cases.CASES,
+        *fleet_cases.CASES,
+        *agent_cases.CASES,
+        *jobs_cases.CASES,
+    ]
