@@ -3,11 +3,11 @@
 The rules live in clusterhealth_mixin/ beside this file, one module per alert area, with their
 selectors and thresholds the fields of `Config` (clusterhealth_mixin/config.py). `python
 deploy/prometheus/mixin.py` writes the committed files (`make generate`: the rules, the chart's
-copy, docs/deploy.md's tables, the Xid runbook's table, the Alertmanager example's inhibitions
-and tests.yaml, the promtool tests of the areas' cases), and `--config FILE` regenerates them with
-a user's own values (a YAML mapping of field names, e.g. `{selector: 'job="gpu-health"',
-for_sustained: 30m}`). tests/test_prometheus_rules.py regenerates with the defaults and compares
-byte for byte.
+copy, docs/deploy.md's tables, the runbook index and the Xid runbook's table, the Alertmanager
+example's inhibitions and tests.yaml, the promtool tests of the areas' cases), and `--config FILE`
+regenerates them with a user's own values (a YAML mapping of field names, e.g. `{selector:
+'job="gpu-health"', for_sustained: 30m}`). tests/test_prometheus_rules.py regenerates with the
+defaults and compares byte for byte; docs/adding-an-alert.md is the recipe for a new alert.
 
 Conventions (kubernetes-mixin, node-mixin): recording rules are named `level:metric:operations`;
 every alert has `severity` (`critical` pages someone now, `warning` is a ticket), a summary
@@ -31,7 +31,13 @@ from clusterhealth_mixin.alertmanager import inhibit_rules, inhibitions_yaml, wi
 from clusterhealth_mixin.areas import alerts, cases, groups
 from clusterhealth_mixin.cases import Case, Expr, Firing, Sample, promtool_group, tests_file
 from clusterhealth_mixin.config import CRITICAL_XIDS, TEST_PROFILE, TICKET_XIDS, Config, load_config
-from clusterhealth_mixin.docs import reference_markdown, with_reference, xid_runbook
+from clusterhealth_mixin.docs import (
+    reference_markdown,
+    runbook_index,
+    with_reference,
+    with_runbook_index,
+    xid_runbook,
+)
 from clusterhealth_mixin.fleet import pairwise_host
 from clusterhealth_mixin.jobs import job_signals
 from clusterhealth_mixin.lib import SUBJECTS, Alert, Group, Record
@@ -41,6 +47,7 @@ from clusterhealth_mixin.templates import expand
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES_FILE = ROOT / "deploy" / "prometheus" / "clusterhealth-rules.yaml"
 XID_RUNBOOK = ROOT / "docs" / "runbooks" / "GPUXidCritical.md"
+RUNBOOK_INDEX = ROOT / "docs" / "runbooks" / "README.md"
 # The Helm chart's PrometheusRule is built from this copy (helm reads files inside the chart only).
 CHART_RULES_FILE = (
     ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth" / "files" / "clusterhealth-rules.yaml"
@@ -78,9 +85,11 @@ __all__ = [
     "render",
     "render_tests",
     "rule_file",
+    "runbook_index",
     "tests_file",
     "with_inhibitions",
     "with_reference",
+    "with_runbook_index",
     "xid_runbook",
 ]
 
@@ -97,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         CHART_RULES_FILE.write_text(render(config))
         DOC_FILE.write_text(with_reference(DOC_FILE.read_text(), config))
         XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config))
+        RUNBOOK_INDEX.write_text(with_runbook_index(RUNBOOK_INDEX.read_text(), config))
         ALERTMANAGER_FILE.write_text(with_inhibitions(ALERTMANAGER_FILE.read_text(), config))
         if config == Config():
             TESTS_FILE.write_text(render_tests(config))

@@ -1,5 +1,6 @@
 """The generated parts of the documentation: the Xid table of docs/runbooks/GPUXidCritical.md (from
-the Xid catalog) and the alert and parameter tables of docs/deploy.md."""
+the Xid catalog), the alert and parameter tables of docs/deploy.md, and the index of
+docs/runbooks/README.md."""
 
 from __future__ import annotations
 
@@ -62,3 +63,25 @@ def with_reference(text: str, config: Config) -> str:
     head, _, rest = text.partition(DOC_BEGIN)
     _, _, tail = rest.partition(DOC_END)
     return head + DOC_BEGIN + reference_markdown(config) + DOC_END + tail
+
+
+INDEX_BEGIN = "<!-- BEGIN GENERATED RUNBOOK INDEX -->\n"
+INDEX_END = "<!-- END GENERATED RUNBOOK INDEX -->\n"
+
+
+def runbook_index(config: Config) -> str:
+    """One row per alert, its severities (critical first) and its runbook."""
+    severities: dict[str, list[str]] = {}
+    for alert in alerts(config):
+        severities.setdefault(alert.name, []).append(alert.severity)
+    lines = ["| alert | severity | page |", "| --- | --- | --- |"]
+    for name, levels in severities.items():
+        shown = ", ".join(sorted(set(levels), key=("critical", "warning").index))
+        lines.append(f"| {name} | {shown} | [{name}.md]({name}.md) |")
+    return "\n".join(lines) + "\n"
+
+
+def with_runbook_index(text: str, config: Config) -> str:
+    head, _, rest = text.partition(INDEX_BEGIN)
+    _, _, tail = rest.partition(INDEX_END)
+    return head + INDEX_BEGIN + runbook_index(config) + INDEX_END + tail
