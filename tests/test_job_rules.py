@@ -54,5 +54,5 @@ def test_a_new_signal_is_one_entry() -> None:
     records = {r.record for g in mixin.groups(config) for r in g.rules if isinstance(r, mixin.Record)}
     for signal in mixin.job_signals(config):
         assert f'"signal", "{signal.name}"' in alert.expr
-        assert f"instance_gpu_workload:{signal.metric}:join" in records
-        assert f"workload:{signal.metric}:median" in records
+        assert signal.joined in records and signal.joined.startswith("instance_gpu_workload:")
+        assert signal.median in records and signal.median.startswith("workload:")

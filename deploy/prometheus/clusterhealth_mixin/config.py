@@ -112,6 +112,13 @@ class Config:
     straggler_min_nodes: int = field(
         default=3, metadata={"doc": "nodes a probe's fleet median needs before it is trusted"}
     )
+    straggler_throttle_share: float = field(
+        default=0.25,
+        metadata={
+            "doc": "NodeStraggler: a busy GPU whose fault reasons (slowdown_reasons) held its clocks down "
+            "for more than this share of slowdown_window, by NVML's time counters"
+        },
+    )
     uncovered_checks: tuple[str, ...] = field(
         default=("gpu_count", "hca_count", "rdma_port_rate", "hca_firmware", "gpu_driver", "gpu_vbios"),
         metadata={"doc": "audit checks without an alert of their own, reported by NodeCheckFailing"},
@@ -141,6 +148,13 @@ class Config:
     )
     job_straggler_activity_margin: float = field(
         default=0.5, metadata={"doc": "JobStraggler: SM activity this fraction below its job's median"}
+    )
+    job_straggler_throttle_margin: float = field(
+        default=0.2,
+        metadata={
+            "doc": "JobStraggler: a share of slowdown_window free of fault throttling this fraction below "
+            "its job's median (time counters)"
+        },
     )
     job_straggler_min_gpus: int = field(
         default=2, metadata={"doc": "JobStraggler: GPUs a job needs for its median to mean anything"}

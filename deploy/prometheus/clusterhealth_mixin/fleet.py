@@ -139,6 +139,30 @@ def fabric_bandwidth_degraded(c: Config) -> Alert:
     )
 
 
+def slow_gpus(c: Config) -> str:
+    """Busy GPUs slower than their peers: an SM clock below its node's and its fleet's medians of
+    the same model (`signal="sm_clock"`, the clock), or fault reasons holding the clocks down for
+    more than `straggler_throttle_share` of `slowdown_window` by NVML's time counters
+    (`signal="throttle"`, the share; a sampled clock may miss a slowdown of seconds a minute)."""
+    below = round(1 - c.straggler_margin, 6)
+    return f"""label_replace(
+  instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy
+    < on (instance, job, name) group_left ()
+    (instance:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
+    < on (job, name) group_left ()
+    (job:clusterhealth_gpu_sm_clock_hertz:busy_median * {below}),
+  "signal", "sm_clock", "", ""
+)
+or
+label_replace(
+  instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy * 0
+    + on (instance, job, gpu, uuid) group_left ()
+    instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:slowdown_rate
+    > {c.straggler_throttle_share:g},
+  "signal", "throttle", "", ""
+)"""
+
+
 def node_straggler(c: Config) -> Alert:
     local = matchers(c, 'peer=""')
     below = round(1 - c.straggler_margin, 6)
@@ -147,11 +171,7 @@ def node_straggler(c: Config) -> Alert:
         "warning",
         joined(
             joined(
-                f"""instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy
-  < on (instance, job, name) group_left ()
-  (instance:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
-  < on (job, name) group_left ()
-  (job:clusterhealth_gpu_sm_clock_hertz:busy_median * {below})
+                f"""{slow_gpus(c)}
 or
 clusterhealth_probe_bandwidth_bytes_per_second{local}
   < on (job, probe) group_left ()
@@ -164,14 +184,19 @@ clusterhealth_probe_bandwidth_bytes_per_second{local}
             ),
             c.straggler_pairwise_host_expr,
         ),
-        "{{ if $labels.gpu }}" + GPU + " is a straggler: its SM clock sits below its node's and "
-        "its fleet's.{{ else }}{{ if $labels.pairwise }}{{ $labels.instance }} is the straggler "
+        "{{ if $labels.gpu }}" + GPU + ' is a straggler: {{ if eq $labels.signal "throttle" }}its '
+        "clocks are held down by a fault{{ else }}its SM clock sits below its node's and its "
+        "fleet's{{ end }}.{{ else }}{{ if $labels.pairwise }}{{ $labels.instance }} is the straggler "
         "of pairwise group {{ $labels.probe }}.{{ else }}{{ $labels.instance }} is a straggler "
         "in probe {{ $labels.probe }}.{{ end }}{{ end }}",
-        "{{ if $labels.gpu }}Busy at {{ $value | humanize }}Hz, more than "
+        '{{ if $labels.gpu }}{{ if eq $labels.signal "throttle" }}Busy, and held down by a fault '
+        "reason (heat, power brake, HW slowdown) for {{ $value | humanizePercentage }} of the last "
+        f"{c.slowdown_window}, more than {c.straggler_throttle_share:.0%}: every synchronous job step "
+        "waits for it. GPUThermalOrPowerSlowdown names the reason; drain it if it persists."
+        "{{ else }}Busy at {{ $value | humanize }}Hz, more than "
         f"{c.straggler_margin:.0%} below the median of the node's and the fleet's busy GPUs "
         "of the same model: every synchronous job step waits for it. Look for clock events "
-        "(thermal, power) and drain it if it persists.{{ else }}{{ if $labels.pairwise }}Its "
+        "(thermal, power) and drain it if it persists.{{ end }}{{ else }}{{ if $labels.pairwise }}Its "
         "meetings failed or fell short with {{ $value }} partners within "
         f"{c.pairwise_host_window}, each of which did fine with its other partners: every "
         "collective it joins runs at "

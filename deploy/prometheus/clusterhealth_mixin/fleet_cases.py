@@ -295,11 +295,40 @@ CASES = [
             (
                 "15m",
                 [
-                    F(gpu("2", "n1", name="H100"), "warning", 1.1e9),
+                    F(gpu("2", "n1", name="H100", signal="sm_clock"), "warning", 1.1e9),
                     F({"instance": "n3", "probe": "nccl", "peer": ""}, "warning", 300e9),
                 ],
             ),
         ],
+    ),
+    Case(
+        "NodeStraggler",
+        "a busy GPU held down by a fault reason for a third of each minute is a straggler, whatever "
+        "its sampled clock; a sixth of each minute (under 25%), the power cap all the time, and an "
+        "idle GPU held down half the time are not",
+        {
+            **{
+                S(name, gpu(g, n, **extra)): values
+                for n, g, util in (("n1", "0", 1), ("n1", "1", 1), ("n1", "2", 1), ("n2", "0", 0.1))
+                for name, extra, values in (
+                    ("clusterhealth_gpu_sm_clock_hertz", {}, "1.98e9x30"),
+                    ("clusterhealth_gpu_utilization_ratio", {}, f"{util}x30"),
+                    ("clusterhealth_gpu_info", {"name": "H100"}, "1x30"),
+                )
+            },
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("0", reason="hw_power_brake_slowdown")): (
+                "0+20x30"
+            ),
+            S(
+                "clusterhealth_gpu_clocks_event_seconds_total", gpu("1", reason="hw_thermal_slowdown")
+            ): "0+10x30",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("2", reason="sw_power_cap")): "0+60x30",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("0", "n2", reason="hw_thermal_slowdown")): (
+                "0+30x30"
+            ),
+        },
+        # rate() reaches a third once its 10-minute window is full (8m: 0.25), then 10 minutes pending.
+        [("5m", []), ("17m", []), ("25m", [F(gpu("0", name="H100", signal="throttle"), "warning", 20 / 60)])],
     ),
     Case(
         "ProbeFailing",

@@ -4,7 +4,7 @@ its PCIe link and its NVLinks. Cases: gpu_cases.py; runbooks: docs/runbooks/<Ale
 from __future__ import annotations
 
 from .config import Config
-from .lib import GPU, Alert, Group, alternation, matchers, selector
+from .lib import GPU, Alert, Group, alternation, indent, matchers, selector
 
 
 def group(c: Config) -> Group:
@@ -148,21 +148,43 @@ def gpu_xid_ticket(c: Config) -> Alert:
     )
 
 
+# The time counters that time a sampled flag's reason besides its own (exporters/gpu.py): drivers
+# before the split counters count both thermal slowdowns in `thermal`. A flag no counter times
+# (`hw_slowdown`: NVML has none for it) is judged by its samples on every driver.
+FLAG_ALSO_TIMED_BY = {"sw_thermal_slowdown": ("thermal",), "hw_thermal_slowdown": ("thermal",)}
+
+
+def timed_reasons(c: Config) -> str:
+    """Each GPU's time counters, as the flags' reasons they time: the flag of a reason with a
+    counter is judged by the counter, never by its samples."""
+    m = selector(c)
+    timed = [f"clusterhealth_gpu_clocks_event_seconds_total{m()}"]
+    for flag, counters in FLAG_ALSO_TIMED_BY.items():
+        if flag not in c.slowdown_reasons:
+            continue
+        for counter in counters:
+            series = "clusterhealth_gpu_clocks_event_seconds_total" + m('reason="' + counter + '"')
+            timed.append(f'label_replace({series}, "reason", "{flag}", "", "")')
+    return "\nor\n".join(timed)
+
+
 def gpu_thermal_or_power_slowdown(c: Config) -> Alert:
+    """NVML's time counters where the driver has them; else the sampled flag, held the whole
+    window. Per reason: a driver with counters still has no counter for `hw_slowdown`."""
     m = selector(c)
     slowdown = m(f'reason=~"{alternation(c.slowdown_reasons)}"')
     return Alert(
         "GPUThermalOrPowerSlowdown",
         "warning",
-        # NVML's time counters where the driver has them; else the sampled flag, held the
-        # whole window.
         f"""instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}
   > {c.slowdown_share:g}
 or
 (
   min_over_time(clusterhealth_gpu_clocks_event_active{slowdown}[{c.slowdown_window}]) == 1
-  unless on (instance, job, gpu, uuid)
-  clusterhealth_gpu_clocks_event_seconds_total{m()}
+  unless on (instance, job, gpu, uuid, reason)
+  (
+{indent(indent(timed_reasons(c)))}
+  )
 )""",
         f"{GPU} was clocked down by {{{{ $labels.reason }}}} for more than {c.slowdown_share:.0%} "
         f"of the last {c.slowdown_window}.",

@@ -120,6 +120,23 @@ CASES = [
         ],
     ),
     Case(
+        "GPUThermalOrPowerSlowdown",
+        "each flag is judged by its own reason's counter: GPU 6's driver has time counters but none "
+        "for hw_slowdown, whose flag is set for a whole window: it fires. GPU 7's older driver counts "
+        "both thermal slowdowns in `thermal`, idle: its sw_thermal_slowdown flag stays quiet, as GPU "
+        "2's hw_thermal_slowdown flag does beside its own idle counter",
+        {
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("6", reason="sw_power_cap")): "0+30x26",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("6", reason="hw_thermal_slowdown")): "0x26",
+            S("clusterhealth_gpu_clocks_event_active", gpu("6", reason="hw_slowdown")): "0x5 1x21",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("7", reason="thermal")): "0x26",
+            S("clusterhealth_gpu_clocks_event_active", gpu("7", reason="sw_thermal_slowdown")): "1x26",
+            S("clusterhealth_gpu_clocks_event_seconds_total", gpu("2", reason="hw_thermal_slowdown")): "0x26",
+            S("clusterhealth_gpu_clocks_event_active", gpu("2", reason="hw_thermal_slowdown")): "1x26",
+        },
+        [("12m", []), ("20m", [F(gpu("6", reason="hw_slowdown"), "warning")])],
+    ),
+    Case(
         "GPUPCIeLinkDegraded",
         "x8 in an x16 slot fires; a lower generation fires under load only (idle GPUs save power)",
         {

@@ -14,11 +14,23 @@ from .lib import GPU, Alert, Group, Record, indent, selector
 @dataclass(frozen=True)
 class JobSignal:
     """A GPU series JobStraggler compares with the median of the GPU's job: the `signal` label of
-    its alerts, the series, and how far below the median counts (a Config field's value)."""
+    its alerts, the metric its records are named after, how far below the median counts (a Config
+    field's value), and the series joined when it is not the metric itself (a recording rule; then
+    `operation` tells its records apart)."""
 
     name: str
     metric: str
     margin: float
+    series: str = ""
+    operation: str = ""
+
+    @property
+    def joined(self) -> str:
+        return f"instance_gpu_workload:{self.metric}:{self.operation}join"
+
+    @property
+    def median(self) -> str:
+        return f"workload:{self.metric}:{self.operation}median"
 
 
 # The job a series is about (its Prometheus job, and the workload labels of clusterhealth_gpu_job_info
@@ -37,11 +49,19 @@ def job_signals(c: Config) -> list[JobSignal]:
     return [
         JobSignal("sm_clock", "clusterhealth_gpu_sm_clock_hertz", c.job_straggler_clock_margin),
         JobSignal("sm_active", "clusterhealth_gpu_sm_active_ratio", c.job_straggler_activity_margin),
+        # The share of slowdown_window free of fault throttling (NVML's time counters): a GPU held
+        # down for seconds every minute, which a sampled clock mostly misses.
+        JobSignal(
+            "unthrottled_time",
+            "clusterhealth_gpu_clocks_event_seconds_total",
+            c.job_straggler_throttle_margin,
+            series="instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:unthrottled_rate",
+            operation="unthrottled_rate_",
+        ),
     ]
 
 
-def _join(metric: str) -> str:
-    return f"instance_gpu_workload:{metric}:join"
+UTILIZATION = JobSignal("utilization", "clusterhealth_gpu_utilization_ratio", 0.0)
 
 
 def groups(c: Config) -> list[Group]:
@@ -56,18 +76,17 @@ def records(c: Config) -> list[Alert | Record]:
     GPU and workload on it (a shared GPU has several), with the workload's labels; each
     workload's median of it; and each workload's GPU count."""
     m = selector(c)
-    joined = [s.metric for s in job_signals(c)] + ["clusterhealth_gpu_utilization_ratio"]
     out: list[Alert | Record] = []
-    for metric in dict.fromkeys(joined):
+    for signal in [*job_signals(c), UTILIZATION]:
         out.append(
             Record(
-                _join(metric),
-                f"""{metric}{m()}
+                signal.joined,
+                f"""{signal.series or signal.metric}{m()}
 * on (instance, job, gpu, uuid) group_right ()
 clusterhealth_gpu_job_info{m()}""",
             )
         )
-        out.append(Record(f"workload:{metric}:median", f"quantile by ({WORKLOAD}) (0.5, {_join(metric)})"))
+        out.append(Record(signal.median, f"quantile by ({WORKLOAD}) (0.5, {signal.joined})"))
     out.append(
         Record(
             "workload:clusterhealth_gpu_job_info:gpus",
@@ -80,15 +99,15 @@ clusterhealth_gpu_job_info{m()}""",
 def job_straggler(c: Config) -> Alert:
     below = "\nor\n".join(
         f"""label_replace(
-  {_join(s.metric)}
+  {s.joined}
   / on ({WORKLOAD}) group_left ()
-  workload:{s.metric}:median
+  {s.median}
   < {round(1 - s.margin, 6)},
   "signal", "{s.name}", "", ""
 )"""
         for s in job_signals(c)
     )
-    busy_jobs = f"""workload:clusterhealth_gpu_utilization_ratio:median > {c.busy_utilization}
+    busy_jobs = f"""{UTILIZATION.median} > {c.busy_utilization}
 and
 workload:clusterhealth_gpu_job_info:gpus >= {c.job_straggler_min_gpus}"""
     return Alert(

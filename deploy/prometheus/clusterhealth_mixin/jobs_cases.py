@@ -19,16 +19,24 @@ def job(
     clock: dict[int, str] | None = None,
     active: dict[int, str] | None = None,
     utilization: str = "1x20",
+    throttled: dict[int, str] | None = None,
+    samples: int = 20,
 ) -> dict[str, str]:
     """A Slurm job's join series on `gpus` ((instance, gpu) pairs) and their GPUs' series: the SM
-    clock at 1.98 GHz and SM activity at 0.78 unless `clock` or `active` says otherwise (by position)."""
+    clock at 1.98 GHz and SM activity at 0.78 unless `clock` or `active` says otherwise (by position).
+    With `throttled`, each GPU's hw_thermal_slowdown time counter too (seconds held; idle unless
+    `throttled` says otherwise), over `samples` minutes."""
     series = {}
+    x = f"x{samples}"
     for k, (instance, n) in enumerate(gpus):
-        series[S("clusterhealth_gpu_job_info", job_gpu(instance, n, name, source="mapping_dir"))] = "1x20"
+        series[S("clusterhealth_gpu_job_info", job_gpu(instance, n, name, source="mapping_dir"))] = "1" + x
         where = gpu(n, instance)
-        series[S("clusterhealth_gpu_sm_clock_hertz", where)] = (clock or {}).get(k, "1.98e9x20")
-        series[S("clusterhealth_gpu_sm_active_ratio", where)] = (active or {}).get(k, "0.78x20")
-        series[S("clusterhealth_gpu_utilization_ratio", where)] = utilization
+        series[S("clusterhealth_gpu_sm_clock_hertz", where)] = (clock or {}).get(k, "1.98e9" + x)
+        series[S("clusterhealth_gpu_sm_active_ratio", where)] = (active or {}).get(k, "0.78" + x)
+        series[S("clusterhealth_gpu_utilization_ratio", where)] = utilization.replace("x20", x)
+        if throttled is not None:
+            counter = gpu(n, instance, reason="hw_thermal_slowdown")
+            series[S("clusterhealth_gpu_clocks_event_seconds_total", counter)] = throttled.get(k, "0" + x)
     return series
 
 
@@ -37,6 +45,8 @@ def straggler(instance: str, n: str, job_id: str, signal: str, value: float) -> 
 
 
 EIGHT = [(i, str(g)) for i in ("n1", "n2") for g in range(4)]
+FOUR_N1 = [("n1", str(g)) for g in range(4)]
+FOUR_N2 = [("n2", str(g)) for g in range(4)]
 CASES = [
     Case(
         "JobStraggler",
@@ -79,6 +89,19 @@ CASES = [
             utilization="0x20",
         ),
         [("15m", [])],
+    ),
+    Case(
+        "JobStraggler",
+        "job 4248: GPU 2 of n1 held down by HW thermal slowdown 18 s a minute (free 70% of the time, "
+        "74% of its job's median) holds it back; GPU 3, 6 s a minute (free 90%, 95% of the median), "
+        "does not; job 4249's GPUs are all held down alike, none holds the others back",
+        {
+            **job("4248", FOUR_N1, throttled={2: "0+18x30", 3: "0+6x30"}, samples=30),
+            **job("4249", FOUR_N2, throttled={k: "0+18x30" for k in range(4)}, samples=30),
+        },
+        # Once rate()'s 10-minute window is full, GPU 2 is free 1 - 18/60 = 0.7 of the time; the
+        # job's median of (1, 1, 0.7, 0.9) is 0.95: 0.7 / 0.95 = 0.737, under 0.8 from about 9m.
+        [("5m", []), ("25m", [straggler("n1", "2", "4248", "unthrottled_time", 0.7 / 0.95)])],
     ),
     Case(
         "JobHitByNodeFault",

@@ -65,6 +65,11 @@ def throttle_time(c: Config) -> list[Record]:
             "clamp_max(sum without (reason) "
             f"(instance_gpu_reason:clusterhealth_gpu_clocks_event_seconds_total:rate{slowdown}), 1)",
         ),
+        # The share of the window free of them: what JobStraggler compares within a job.
+        Record(
+            "instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:unthrottled_rate",
+            "1 - instance_gpu:clusterhealth_gpu_clocks_event_seconds_total:slowdown_rate",
+        ),
     ]
 
 

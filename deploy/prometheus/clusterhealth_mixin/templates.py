@@ -1,7 +1,7 @@
 """Alert annotations expanded as Prometheus expands them, for the promtool cases' expected
-annotations: the constructs the rules use (`$labels.x`, `if $labels.x` ... `else` ... `end`,
-`$value` plain, `humanize`, `humanize1024`, `humanizePercentage`) and nothing else (anything else
-is an error, so a new construct comes here with its cases)."""
+annotations: the constructs the rules use (`$labels.x`; `if $labels.x` or `if eq $labels.x "v"`,
+`else`, `end`; `$value` plain, `humanize`, `humanize1024`, `humanizePercentage`) and nothing else
+(anything else is an error, so a new construct comes here with its cases)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,16 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     """The alert templates the mixin uses, expanded as Prometheus expands them."""
 
     def conditional(m: re.Match[str]) -> str:
-        return m.group(2) if labels.get(m.group(1)) else (m.group(3) or "")
+        name, wanted, then, otherwise = m.group(1, 2, 3, 4)
+        value = labels.get(name, "")
+        holds = value == wanted if wanted is not None else bool(value)
+        return then if holds else (otherwise or "")
 
     # Innermost conditionals first (a body without another `if`), until none is left: they nest.
+    # `if $labels.x` holds when the label is not empty, `if eq $labels.x "v"` when it is v.
     body = r"((?:(?!\{\{ if ).)*?)"
-    innermost = re.compile(
-        r"\{\{ if \$labels\.(\w+) \}\}" + body + r"(?:\{\{ else \}\}" + body + r")?\{\{ end \}\}", re.S
-    )
+    condition = r'\{\{ if (?:eq )?\$labels\.(\w+)(?: "([^"]*)")? \}\}'
+    innermost = re.compile(condition + body + r"(?:\{\{ else \}\}" + body + r")?\{\{ end \}\}", re.S)
     text = template
     while (expanded := innermost.sub(conditional, text)) != text:
         text = expanded
