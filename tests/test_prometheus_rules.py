@@ -6,6 +6,7 @@ users run, is generated from them: checked byte for byte and run by promtool her
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from clusterhealth.checks import cost
 from clusterhealth.checks.xid_catalog import CRITICAL_XIDS, TICKET_XIDS, XID_CATALOG
 
 from .mixin import ROOT, area_cases, mixin
@@ -137,6 +139,55 @@ def test_promtool_unit_test(case: Any, tmp_path: Path) -> None:
         [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, f"{case.why}\n{result.stdout}{result.stderr}"
+
+
+def test_each_impact_rule_has_a_case_of_exact_samples() -> None:
+    """The rules that put a number on a slowdown are checked value by value (recording_cases.py)."""
+    recording = importlib.import_module("clusterhealth_mixin.recording")
+    config = mixin.Config()
+    records = {r.record for r in [*recording.impact(config), *recording.clock_slowdown(config)]}
+    assert len(records) == 7
+    checked = {e.expr for case in area_cases("recording") for e in case.exprs if e.samples}
+    assert records <= checked, records - checked
+
+
+def test_the_impact_rules_are_the_cost_model(tmp_path: Path) -> None:
+    """The impact rules compute what checks/cost.py (analyze's model) computes, for a workload whose
+    overlap makes both sides of min(compute, comm) count: compute 1.5 s and overlap 0.5; h1's
+    all-reduce takes 2 s (min is the compute), the reference's 1 s (min is the all-reduce)."""
+    config = mixin.Config(impact_compute_seconds=1.5, impact_overlap=0.5)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(mixin.render(config))
+    recorded = importlib.import_module("clusterhealth_mixin.recording_cases")
+    workload = cost.Workload(
+        params=config.impact_params,
+        bytes_per_param=config.impact_bytes_per_param,
+        gpus=config.impact_gpus,
+        compute_seconds=config.impact_compute_seconds,
+        overlap=config.impact_overlap,
+    )
+    slowdown = cost.slowdown(workload, recorded.REFERENCE, recorded.HALF)
+    assert slowdown == pytest.approx((1.5 + 2 - 0.5 * 1.5) / (1.5 + 1 - 0.5 * 1))  # 2.75 / 2 = 1.375
+    expected = {
+        "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio": 0.5,
+        "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise": 2.0,
+        "instance_probe:clusterhealth_fabric_step_slowdown:pairwise": slowdown,
+        "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise": (
+            config.impact_gpus * 24 * (1 - 1 / slowdown)
+        ),
+    }
+    h1 = '{instance="h1:9845",job="clusterhealth",probe="fabric"}'
+    exprs = [
+        mixin.Expr(
+            "50m", f'abs({record}{{instance="h1:9845"}} - {value!r}) < bool 1e-9', [mixin.Sample(h1, 1)]
+        )
+        for record, value in expected.items()
+    ]
+    case = mixin.Case("", "h1 at half", recorded.meetings("h1"), exprs=exprs, title="impact")
+    test = tmp_path / "test.yaml"
+    test.write_text(yaml.safe_dump(promtool_test(case, rules, config), sort_keys=False))
+    result = subprocess.run([promtool(), "test", "rules", str(test)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_a_user_regenerates_with_their_own_selector_and_thresholds(tmp_path: Path) -> None:

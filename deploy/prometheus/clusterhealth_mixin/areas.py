@@ -15,6 +15,7 @@ from . import (
     rdma,
     rdma_cases,
     recording,
+    recording_cases,
 )
 from .cases import Case
 from .config import Config
@@ -38,6 +39,7 @@ def alerts(config: Config) -> list[Alert]:
 
 def cases() -> list[Case]:
     return [
+        *recording_cases.CASES,
         *gpu_cases.CASES,
         *rdma_cases.CASES,
         *fleet_cases.CASES,

@@ -26,6 +26,7 @@ class Firing:
     labels: dict[str, str]
     severity: str
     value: float = 0.0  # what {{ $value }} shows, for the alerts whose text uses it
+    quoted: dict[str, float] = field(default_factory=dict)  # recording rules its text quotes (lib.quote)
 
 
 @dataclass
@@ -70,12 +71,14 @@ def S(name: str, where: dict[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in full.items()) + "}"
 
 
-def F(where: dict[str, str], severity: str, value: float = 0.0) -> Firing:
+def F(
+    where: dict[str, str], severity: str, value: float = 0.0, quoted: dict[str, float] | None = None
+) -> Firing:
     """An alert firing with the labels of `where` (the agent's job, an instance)."""
     where = dict(where)
     # An empty label value is no label at all in Prometheus.
     where = {k: v for k, v in where.items() if v}
-    return Firing(labels(where.pop("instance", "n1"), where), severity, value)
+    return Firing(labels(where.pop("instance", "n1"), where), severity, value, dict(quoted or {}))
 
 
 def gpu(n: str, instance: str = "n1", **extra: str) -> dict[str, str]:
@@ -84,6 +87,16 @@ def gpu(n: str, instance: str = "n1", **extra: str) -> dict[str, str]:
 
 def port(device: str, instance: str = "n1", **extra: str) -> dict[str, str]:
     return {"instance": instance, "device": device, "port": "1", **extra}
+
+
+# A pairwise group of five nodes in 15-minute rounds; each meeting is exported by both ends for 5
+# minutes (SPEC "Fabric"); one node sits out each round.
+PAIRWISE_ROUNDS = [
+    [("h1", "h2"), ("h3", "h4")],
+    [("h1", "h3"), ("h2", "h5")],
+    [("h1", "h4"), ("h3", "h5")],
+    [("h1", "h5"), ("h2", "h4")],
+]
 
 
 def _rule(alerts: Sequence[Alert], name: str, severity: str) -> Alert:
@@ -127,8 +140,8 @@ def _expected(name: str, f: Firing, alerts: Sequence[Alert], config: Config) -> 
     return {
         "exp_labels": all_labels,
         "exp_annotations": {
-            "summary": expand(rule.summary, all_labels, f.value),
-            "description": expand(rule.description, all_labels, f.value),
+            "summary": expand(rule.summary, all_labels, f.value, f.quoted),
+            "description": expand(rule.description, all_labels, f.value, f.quoted),
             "runbook_url": config.runbook_url.format(alert=name),
         },
     }

@@ -141,6 +141,27 @@ class Config:
     straggler_pairwise_host_expr: str = field(
         default="", metadata={"doc": "extra suspect-host expression joined to NodeStraggler"}
     )
+    # What a slow node of a pairwise group costs (docs/cost.md's model, issue 20): the stated
+    # workload, a synchronous data-parallel job spanning the node, whose ring all-reduce runs at the
+    # node's typical meeting bandwidth instead of its group's reference.
+    impact_params: int = field(
+        default=7_000_000_000, metadata={"doc": "impact rules: parameters whose gradients the job reduces"}
+    )
+    impact_bytes_per_param: float = field(
+        default=2.0, metadata={"doc": "impact rules: bytes of a gradient element (2: BF16)"}
+    )
+    impact_gpus: int = field(
+        default=64, metadata={"doc": "impact rules: GPUs of the job (its ring's ranks; its GPU-hours)"}
+    )
+    impact_compute_seconds: float = field(
+        default=1.0, metadata={"doc": "impact rules: compute seconds of a step"}
+    )
+    impact_overlap: float = field(
+        default=0.0,
+        metadata={
+            "doc": "impact rules: share of the shorter of compute and all-reduce hidden under the other"
+        },
+    )
     # Jobs (clusterhealth_gpu_job_info; docs/runbooks/JobStraggler.md): a GPU of a busy multi-GPU
     # workload well below the workload's median.
     job_straggler_clock_margin: float = field(
@@ -191,4 +212,10 @@ def load_config(path: Path | None, profile: dict[str, Any] | None = None) -> Con
         default = known[key].default
         if isinstance(default, tuple):
             values[key] = tuple(value)
+        elif isinstance(default, float | int) and isinstance(value, str):
+            # YAML reads 7e9 (no dot) as a string.
+            try:
+                values[key] = type(default)(float(value))
+            except ValueError:
+                raise SystemExit(f"{path}: {key}: {value!r} is not a number") from None
     return Config(**values)

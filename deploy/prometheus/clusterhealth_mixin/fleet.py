@@ -5,8 +5,9 @@ fleet_cases.py; runbooks: docs/runbooks/<Alert>.md."""
 
 from __future__ import annotations
 
+from . import recording
 from .config import Config
-from .lib import GPU, Alert, Group, alternation, indent, joined, matchers, selector
+from .lib import GPU, Alert, Group, alternation, indent, joined, matchers, quote, selector
 
 
 def group(c: Config) -> Group:
@@ -51,6 +52,32 @@ def pairwise_host(c: Config) -> str:
   ) >= {c.pairwise_host_partners},
   "pairwise", "host", "", ""
 )"""
+
+
+def impact(c: Config) -> str:
+    """What a pairwise group's node costs, from the impact recording rules (recording.impact), for
+    the alerts that name it; nothing where the rules have no result for it."""
+    of = ("job", "instance", "probe")
+    workload = (
+        f"a job of {c.impact_gpus} GPUs reducing {_count(c.impact_params)} parameters of "
+        f"{c.impact_bytes_per_param:g} bytes with {c.impact_compute_seconds:g} s of compute a step"
+    )
+    return quote(
+        recording.RATIO,
+        of,
+        " Its meetings ran at {} of its group's reference bandwidth"
+        + quote(recording.ALLREDUCE_SLOWDOWN, of, ": a ring all-reduce through it takes {} times as long")
+        + quote(recording.STEP_SLOWDOWN, of, f", and {workload} runs {{}} times slower")
+        + quote(recording.GPU_HOURS_LOST, of, ", losing {} GPU-hours a day", fmt="%.0f")
+        + ".",
+    )
+
+
+def _count(n: float) -> str:
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= size:
+            return f"{n / size:g}{suffix}"
+    return f"{n:g}"
 
 
 def degraded_probe(c: Config) -> str:
@@ -129,7 +156,7 @@ def fabric_bandwidth_degraded(c: Config) -> Alert:
         "{{ if $labels.pairwise }}Its meetings failed or fell short with {{ $value }} partners "
         f"within {c.pairwise_host_window}, each of which did fine with its other partners: the "
         "node, not the paths, is the likely culprit (its NIC or HCA, PCIe link, cable to the "
-        "leaf). `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings."
+        "leaf)." + impact(c) + " `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings."
         "{{ else }}The last run measured {{ $value | humanize1024 }}B/s, below "
         f"{fraction:.0%} of the probe's expectation: a slow link, HCA or GPU on this node "
         "(or its peer). Run `clusterhealth probe run {{ $labels.probe }}` on the node and "
@@ -199,8 +226,9 @@ clusterhealth_probe_bandwidth_bytes_per_second{local}
         "(thermal, power) and drain it if it persists.{{ end }}{{ else }}{{ if $labels.pairwise }}Its "
         "meetings failed or fell short with {{ $value }} partners within "
         f"{c.pairwise_host_window}, each of which did fine with its other partners: every "
-        "collective it joins runs at "
-        "its pace. `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings; "
+        "collective it joins runs at its pace."
+        + impact(c)
+        + " `clusterhealth analyze --probe {{ $labels.probe }}` shows the meetings; "
         "drain it and check its HCAs, PCIe links and cables.{{ else }}The node's last run "
         "measured {{ $value | humanize1024 }}B/s, more than "
         f"{c.straggler_margin:.0%} below the fleet's median for the same probe: the node "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .cases import Case, Expr, F, S, Sample, gpu
+from . import recording_cases
+from .cases import PAIRWISE_ROUNDS, Case, Expr, F, S, Sample, gpu
 from .config import Config
 from .fleet import pairwise_host
 
@@ -18,17 +19,9 @@ def transport(instance: str, net: str, gdrdma: str, intra: str) -> dict[str, str
 TRANSPORT = "clusterhealth_probe_transport_info"
 
 
-# A pairwise group of five nodes, a 15-minute round, h1 bad: every meeting with it fails or falls
-# short. Each meeting is exported by both ends for 5 minutes (SPEC "Fabric"); one node sits out.
-PAIRWISE_ROUNDS = [
-    [("h1", "h2"), ("h3", "h4")],
-    [("h1", "h3"), ("h2", "h5")],
-    [("h1", "h4"), ("h3", "h5")],
-    [("h1", "h5"), ("h2", "h4")],
-]
-
-
 def pairwise_group(bad: str) -> dict[str, str]:
+    """A pairwise group of five nodes (PAIRWISE_ROUNDS), `bad` bad: every meeting with it fails or
+    falls short."""
     series: dict[str, str] = {}
     rows: dict[tuple[str, str], list[str]] = {}
     for k, pairs in enumerate(PAIRWISE_ROUNDS):
@@ -51,6 +44,11 @@ def pairwise_group(bad: str) -> dict[str, str]:
         )
         series[S("clusterhealth_probe_success", {**host, "probe": "fabric"})] = "0x60" if i == 1 else "1x60"
     return series
+
+
+# What h1 costs (the impact rules, quoted by the alerts that name it): its meetings measure 5e8
+# B/s, its partners' typical meeting and the group's reference 1.2e9 (each met h1 once in three).
+H1_IMPACT = recording_cases.impact(5e8, 1.2e9)
 
 
 # The pairwise host rule on its own (docs/fabric.md shows it): groups of five nodes meeting in
@@ -214,7 +212,7 @@ CASES = [
         pairwise_group("h1"),
         [
             ("20m", []),
-            ("50m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4)]),
+            ("50m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4, H1_IMPACT)]),
         ],
     ),
     Case(
@@ -225,7 +223,7 @@ CASES = [
         [
             ("20m", []),
             ("50m", []),
-            ("59m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4)]),
+            ("59m", [F({"instance": "h1", "probe": "fabric", "pairwise": "host"}, "warning", 4, H1_IMPACT)]),
         ],
     ),
     Case(

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import Config
-from .lib import GPU, Alert, Group, Record, indent, selector
+from .lib import GPU, Alert, Group, Record, indent, quote, selector
+from .recording import CLOCK_SLOWDOWN
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,14 @@ and on ({WORKLOAD})
         + ") while the job is busy (its GPUs' median utilization above "
         + f"{c.busy_utilization:g}). A synchronous job runs at the pace of its slowest rank: a low clock "
         "is heat, power or a clock setting on this GPU; low SM activity is a rank starved of "
-        "input or stalled. Look for GPUThermalOrPowerSlowdown on the GPU, then drain it or tell "
-        "the job's owner.",
+        "input or stalled."
+        + quote(
+            CLOCK_SLOWDOWN,
+            ("job", "instance", "gpu"),
+            " Its maximum SM clock is {} times its clock now (f_max/f_eff): its share of every step "
+            "computes about that much slower, and the job waits for it.",
+        )
+        + " Look for GPUThermalOrPowerSlowdown on the GPU, then drain it or tell the job's owner.",
         c.for_sustained,
         about="gpu",
     )

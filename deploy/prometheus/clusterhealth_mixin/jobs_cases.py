@@ -6,6 +6,7 @@ warning, nor a node without a job."""
 from __future__ import annotations
 
 from .cases import Case, F, Firing, S, gpu
+from .recording import CLOCK_SLOWDOWN
 
 
 def job_gpu(instance: str, n: str, job: str, **extra: str) -> dict[str, str]:
@@ -21,11 +22,13 @@ def job(
     utilization: str = "1x20",
     throttled: dict[int, str] | None = None,
     samples: int = 20,
+    clock_max: bool = False,
 ) -> dict[str, str]:
     """A Slurm job's join series on `gpus` ((instance, gpu) pairs) and their GPUs' series: the SM
     clock at 1.98 GHz and SM activity at 0.78 unless `clock` or `active` says otherwise (by position).
     With `throttled`, each GPU's hw_thermal_slowdown time counter too (seconds held; idle unless
-    `throttled` says otherwise), over `samples` minutes."""
+    `throttled` says otherwise), over `samples` minutes. With `clock_max`, each GPU's maximum SM
+    clock (1.98 GHz) and model, from which f_max/f_eff is recorded."""
     series = {}
     x = f"x{samples}"
     for k, (instance, n) in enumerate(gpus):
@@ -34,14 +37,19 @@ def job(
         series[S("clusterhealth_gpu_sm_clock_hertz", where)] = (clock or {}).get(k, "1.98e9" + x)
         series[S("clusterhealth_gpu_sm_active_ratio", where)] = (active or {}).get(k, "0.78" + x)
         series[S("clusterhealth_gpu_utilization_ratio", where)] = utilization.replace("x20", x)
+        if clock_max:
+            series[S("clusterhealth_gpu_sm_clock_max_hertz", where)] = "1.98e9" + x
+            series[S("clusterhealth_gpu_info", gpu(n, instance, name="H100"))] = "1" + x
         if throttled is not None:
             counter = gpu(n, instance, reason="hw_thermal_slowdown")
             series[S("clusterhealth_gpu_clocks_event_seconds_total", counter)] = throttled.get(k, "0" + x)
     return series
 
 
-def straggler(instance: str, n: str, job_id: str, signal: str, value: float) -> Firing:
-    return F(job_gpu(instance, n, job_id, source="mapping_dir", signal=signal), "warning", value)
+def straggler(
+    instance: str, n: str, job_id: str, signal: str, value: float, quoted: dict[str, float] | None = None
+) -> Firing:
+    return F(job_gpu(instance, n, job_id, source="mapping_dir", signal=signal), "warning", value, quoted)
 
 
 EIGHT = [(i, str(g)) for i in ("n1", "n2") for g in range(4)]
@@ -52,7 +60,7 @@ CASES = [
         "JobStraggler",
         "job 4242 on two nodes: GPU 1 of n2 clocked at 1155 MHz for 10m; job 4243: GPU 2 of n3 barely active",
         {
-            **job("4242", EIGHT, clock={5: "1.98e9x2 1.155e9x18"}),
+            **job("4242", EIGHT, clock={5: "1.98e9x2 1.155e9x18"}, clock_max=True),
             **job("4243", [("n3", str(g)) for g in range(4)], active={2: "0.04x20"}),
         },
         [
@@ -60,7 +68,9 @@ CASES = [
             (
                 "15m",
                 [
-                    straggler("n2", "1", "4242", "sm_clock", 1.155 / 1.98),
+                    # f_max / f_eff = 1980 / 1155 = 1.71, quoted; job 4243's GPUs have no maximum
+                    # clock exported, so its alert says nothing of it.
+                    straggler("n2", "1", "4242", "sm_clock", 1.155 / 1.98, {CLOCK_SLOWDOWN: 1.98 / 1.155}),
                     straggler("n3", "2", "4243", "sm_active", 0.04 / 0.78),
                 ],
             ),

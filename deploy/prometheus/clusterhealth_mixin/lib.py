@@ -86,3 +86,15 @@ def indent(text: str) -> str:
 # A GPU lost before it ever answered has no uuid (the label is empty).
 GPU = "GPU {{ $labels.gpu }}{{ if $labels.uuid }} ({{ $labels.uuid }}){{ end }} on {{ $labels.instance }}"
 PORT = "RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.instance }}"
+
+
+def quote(record: str, labels: Sequence[str], text: str, fmt: str = "%.2f") -> str:
+    """A template that writes `text` with its first `{}` replaced by the value of the recorded
+    series `record` for the alert's own `labels`, and nothing when the rule has no such series (the
+    annotation then reads without it). Prometheus runs the query when it expands the template.
+    `text` may hold other quotes after its `{}`: they nest."""
+    where = ",".join(f'{label}="%s"' for label in labels)
+    args = " ".join(f"$labels.{label}" for label in labels)
+    value = '{{ . | first | value | printf "' + fmt + '" }}'
+    body = text.replace("{}", value, 1)
+    return f"{{{{ with printf `{record}{{{where}}}` {args} | query }}}}{body}{{{{ end }}}}"

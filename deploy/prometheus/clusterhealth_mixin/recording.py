@@ -10,7 +10,15 @@ from .lib import Group, Record, alternation, selector
 def group(c: Config) -> Group:
     return Group(
         "clusterhealth.rules",
-        [*stragglers(c), *throttle_time(c), *firmware(c), *mtu(c), *checks(c)],
+        [
+            *stragglers(c),
+            *clock_slowdown(c),
+            *throttle_time(c),
+            *impact(c),
+            *firmware(c),
+            *mtu(c),
+            *checks(c),
+        ],
     )
 
 
@@ -46,6 +54,96 @@ clusterhealth_gpu_utilization_ratio{m()} > {c.busy_utilization}""",
             "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:nodes",
             f"count by (job, probe) (clusterhealth_probe_bandwidth_bytes_per_second{local})",
         ),
+    ]
+
+
+def clock_slowdown(c: Config) -> list[Record]:
+    """f_max / f_eff of each busy GPU: its maximum SM clock over its SM clock. A synchronous job's
+    compute on that GPU takes about this many times as long as at the maximum (issue 20); JobStraggler
+    quotes it."""
+    m = selector(c)
+    return [
+        Record(
+            CLOCK_SLOWDOWN,
+            f"""clusterhealth_gpu_sm_clock_max_hertz{m()}
+/ on (instance, job, gpu, uuid)
+instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy""",
+        )
+    ]
+
+
+CLOCK_SLOWDOWN = "instance_gpu:clusterhealth_gpu_clock_slowdown:busy"
+
+# The impact of each node of a pairwise group (issue 20; docs/cost.md's model, which `analyze`
+# applies to its suspects): what a ring all-reduce through the node, and a step of the stated
+# workload, cost against the group's reference.
+MEETINGS = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_median"
+REFERENCE = "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_reference"
+RATIO = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio"
+ALLREDUCE_SLOWDOWN = "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise"
+STEP_SLOWDOWN = "instance_probe:clusterhealth_fabric_step_slowdown:pairwise"
+GPU_HOURS_LOST = "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise"
+
+
+def ring_bytes(c: Config) -> float:
+    """What each rank of a ring all-reduce of the workload's gradients moves through its slowest
+    link: 2(n-1)/n of the gradient bytes (the seconds it takes are this over the bandwidth)."""
+    return 2 * (c.impact_gpus - 1) / c.impact_gpus * (c.impact_params * c.impact_bytes_per_param)
+
+
+def number(value: float) -> str:
+    """A PromQL literal of `value` that parses back to the same float."""
+    text = repr(float(value))
+    return text.removesuffix(".0") if abs(value) < 1e16 else text
+
+
+def step(c: Config, allreduce: str) -> str:
+    """T = compute + comm - overlap * min(compute, comm), with comm the expression `allreduce`
+    (without its last term when nothing overlaps)."""
+    compute = number(c.impact_compute_seconds)
+    if not c.impact_overlap:
+        return f"{compute} + {allreduce}"
+    return f"{compute} + {allreduce} - {number(c.impact_overlap)} * clamp_max({allreduce}, {compute})"
+
+
+def impact(c: Config) -> list[Record]:
+    """Per node of a pairwise group (a probe that exports clusterhealth_probe_round):
+
+    - its typical meeting bandwidth B: the median, over its partners, of each meeting's median
+      over `pairwise_host_window` (a failed meeting measures nothing and is left out);
+    - the group's reference B_ref: the median of its nodes' B (one bad node of three or more
+      leaves it where the others are, as analyze's reference that leaves the slow out does);
+    - r = B / B_ref; the all-reduce slowdown 1/r;
+    - the step slowdown step(V/B) / step(V/B_ref), V the bytes a rank moves (`ring_bytes`);
+    - the GPU-hours a day the job of `impact_gpus` GPUs loses: gpus · 24 · (1 - 1/slowdown),
+      none for a node at or above the reference."""
+    m = selector(c)
+    meetings = "clusterhealth_probe_bandwidth_bytes_per_second" + m('peer!=""')
+    volume = number(ring_bytes(c))
+    return [
+        Record(
+            MEETINGS,
+            f"""quantile by (job, instance, probe) (
+  0.5,
+  quantile_over_time(0.5, {meetings}[{c.pairwise_host_window}])
+  and on (instance, job, probe)
+  clusterhealth_probe_round{m()}
+)""",
+        ),
+        Record(REFERENCE, f"quantile by (job, probe) (0.5, {MEETINGS})"),
+        Record(RATIO, f"{MEETINGS}\n/ on (job, probe) group_left ()\n{REFERENCE}"),
+        Record(ALLREDUCE_SLOWDOWN, f"1 / {RATIO}"),
+        Record(
+            STEP_SLOWDOWN,
+            f"""(
+  {step(c, f"{volume} / {MEETINGS}")}
+)
+/ on (job, probe) group_left ()
+(
+  {step(c, f"{volume} / {REFERENCE}")}
+)""",
+        ),
+        Record(GPU_HOURS_LOST, f"clamp_min({c.impact_gpus * 24} * (1 - 1 / {STEP_SLOWDOWN}), 0)"),
     ]
 
 

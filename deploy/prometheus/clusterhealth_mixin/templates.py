@@ -1,7 +1,8 @@
 """Alert annotations expanded as Prometheus expands them, for the promtool cases' expected
 annotations: the constructs the rules use (`$labels.x`; `if $labels.x` or `if eq $labels.x "v"`,
-`else`, `end`; `$value` plain, `humanize`, `humanize1024`, `humanizePercentage`) and nothing else
-(anything else is an error, so a new construct comes here with its cases)."""
+`else`, `end`; `$value` plain, `humanize`, `humanize1024`, `humanizePercentage`; a recording rule
+quoted with `lib.quote`, whose value the case gives) and nothing else (anything else is an error,
+so a new construct comes here with its cases)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ def _humanize(value: float, base: int, prefixes: tuple[str, ...]) -> str:
     return f"{value:.4g}{prefixes[-1]}"
 
 
-def expand(template: str, labels: dict[str, str], value: float) -> str:
-    """The alert templates the mixin uses, expanded as Prometheus expands them."""
+def expand(
+    template: str, labels: dict[str, str], value: float, quoted: dict[str, float] | None = None
+) -> str:
+    """The alert templates the mixin uses, expanded as Prometheus expands them. `quoted` holds the
+    value each recording rule quoted with `lib.quote` returns for the alert (absent: no result)."""
+    found = quoted or {}
 
     def conditional(m: re.Match[str]) -> str:
         name, wanted, then, otherwise = m.group(1, 2, 3, 4)
@@ -36,13 +41,26 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
         holds = value == wanted if wanted is not None else bool(value)
         return then if holds else (otherwise or "")
 
-    # Innermost conditionals first (a body without another `if`), until none is left: they nest.
-    # `if $labels.x` holds when the label is not empty, `if eq $labels.x "v"` when it is v.
-    body = r"((?:(?!\{\{ if ).)*?)"
-    condition = r'\{\{ if (?:eq )?\$labels\.(\w+)(?: "([^"]*)")? \}\}'
-    innermost = re.compile(condition + body + r"(?:\{\{ else \}\}" + body + r")?\{\{ end \}\}", re.S)
+    def query(m: re.Match[str]) -> str:
+        record, then, otherwise = m.group(1, 2, 3)
+        if record not in found:
+            return otherwise or ""
+        return VALUE.sub(lambda v: v.group(1) % found[record], then)
+
+    # Innermost blocks first (a body without another `if` or `with`), until none is left: they
+    # nest. `if $labels.x` holds when the label is not empty, `if eq $labels.x "v"` when it is v;
+    # `with printf \`record{...}\` ... | query` when the query returns a series.
+    body = r"((?:(?!\{\{ (?:if|with) ).)*?)"
+    tail = r"(?:\{\{ else \}\}" + body + r")?\{\{ end \}\}"
+    condition = re.compile(r'\{\{ if (?:eq )?\$labels\.(\w+)(?: "([^"]*)")? \}\}' + body + tail, re.S)
+    with_query = re.compile(
+        r"\{\{ with printf `([a-z_:]+)\{[^`]*\}`(?: \$labels\.\w+)* \| query \}\}" + body + tail, re.S
+    )
     text = template
-    while (expanded := innermost.sub(conditional, text)) != text:
+    while True:
+        expanded = condition.sub(conditional, with_query.sub(query, text))
+        if expanded == text:
+            break
         text = expanded
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
     text = text.replace("{{ $value | humanize }}", _humanize(value, 1000, ("", "k", "M", "G", "T", "P")))
@@ -54,3 +72,7 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     if "{{" in text:
         raise ValueError(f"a template construct the cases cannot expand: {text}")
     return text
+
+
+# A quoted series' value, printed with a Go format (printf's %.2f is Python's).
+VALUE = re.compile(r'\{\{ \. \| first \| value \| printf "(%\.\d+f)" \}\}')
