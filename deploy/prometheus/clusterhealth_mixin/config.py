@@ -12,12 +12,13 @@ from typing import Any
 import yaml
 
 # Xid codes NVIDIA's catalog gives an immediate action for (reset, reboot, NVLink or ECC
-# workflow): checks/xid_catalog.py's CRITICAL_XIDS; and the memory-health codes it asks no
-# immediate action for (63, 92) or a restart of the application (94): its TICKET_XIDS. Copies, so
+# workflow): checks/xid_catalog.py's CRITICAL_XIDS; and its TICKET_XIDS, the memory-health codes it
+# asks no immediate action for (63, 92) or a restart of the application (94), and the NVLink 5
+# codes whose fatal events page through the Xid 154 that follows them (144-146, 149). Copies, so
 # that regenerating needs no installed package; a test keeps them equal.
-CRITICAL_XIDS = (46, 48, 61, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145, 146, 147,
-                 148, 149, 150, 154, 155, 158)  # fmt: skip
-TICKET_XIDS = (63, 92, 94)
+CRITICAL_XIDS = (46, 48, 61, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 150, 154, 155,
+                 158)  # fmt: skip
+TICKET_XIDS = (63, 92, 94, 144, 145, 146, 149)
 
 
 @dataclass(frozen=True)

@@ -138,11 +138,14 @@ def gpu_xid_ticket(c: Config) -> Alert:
         "GPUXidCritical",
         "warning",
         xid_events(c, ticket_xids),
-        f"{GPU} reported memory-health Xid {{{{ $labels.xid }}}}.",
-        "Xid {{ $labels.xid }}: NVIDIA's catalog asks for no immediate action (or only a "
-        "restart of the affected job), but the GPU's memory is wearing or a repair waits for a "
-        "GPU reset. Check nvidia-smi -q -d ECC,ROW_REMAPPER and reset the GPU at the next "
-        "maintenance; neither page nor drain.",
+        f"{GPU} reported Xid {{{{ $labels.xid }}}}, which needs a look but no page.",
+        "Xid {{ $labels.xid }}: NVIDIA's catalog asks for no immediate action (or only a restart "
+        "of the affected job), but the GPU's memory is wearing or a repair waits for a GPU reset "
+        "(63, 92, 94: check nvidia-smi -q -d ECC,ROW_REMAPPER and reset the GPU at the next "
+        "maintenance), or an NVLink 5 unit reported an error whose action its message decodes "
+        "(144-146, 149: a fatal one is followed by Xid 154 and GPURecoveryActionRequired, which "
+        "page; a non-fatal one needs nothing unless it repeats on the same link). Neither page nor "
+        "drain; `clusterhealth check --only gpu_xid` gives the code's action.",
         c.for_immediate,
         about="gpu",
     )

@@ -72,6 +72,12 @@ CASES = [
             S("clusterhealth_gpu_xid_errors_total", gpu("5", xid="94")): "_x80 1x20",
             S("clusterhealth_gpu_xid_errors_total", gpu("5", xid="63")): "_x80 1x20",
             S("clusterhealth_gpu_xid_errors_total", gpu("6", xid="92")): "0x80 1x20",
+            # NVLink 5 (Blackwell): the MSE unit's errors are all fatal, a reset (150 pages); the
+            # RLW unit's may be either (145 opens a ticket, its fatal one pages through Xid 154);
+            # TREX needs nothing (147 neither).
+            S("clusterhealth_gpu_xid_errors_total", gpu("0", "n2", xid="150")): "_x80 1x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("1", "n2", xid="145")): "_x80 1x20",
+            S("clusterhealth_gpu_xid_errors_total", gpu("2", "n2", xid="147")): "_x80 1x20",
         },
         [
             ("75m", []),
@@ -85,6 +91,8 @@ CASES = [
                     F(gpu("5", xid="94"), "warning"),
                     F(gpu("5", xid="63"), "warning"),
                     F(gpu("6", xid="92"), "warning"),
+                    F(gpu("0", "n2", xid="150"), "critical"),
+                    F(gpu("1", "n2", xid="145"), "warning"),
                 ],
             ),
         ],
