@@ -134,11 +134,13 @@ lint: venv typecheck
 	$(BIN)/ruff format --check .
 
 # mypy cannot follow the editable install's mapping of folders into the clusterhealth
-# namespace, so it checks a tree of symlinks with the installed layout.
+# namespace, so it checks a tree of symlinks with the installed layout; then the rules generator
+# (deploy/prometheus, not a package of the wheel).
 typecheck: venv
 	@mkdir -p build/typecheck/clusterhealth
 	@for d in agent exporters checks dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
 	$(BIN)/mypy
+	$(BIN)/mypy deploy/prometheus/mixin.py deploy/prometheus/clusterhealth_mixin
 
 # Rules, dashboards, the chart's copies and the kubelet API's Python code are generated and
 # committed; the tests regenerate them and fail on any difference.

@@ -23,7 +23,9 @@ Severity is this project's call, read from NVIDIA's immediate action:
 - ``warning``: NVIDIA's immediate action is none or a restart of the application. Most are one
   program's fault (restart the job); the memory-health codes 63, 92 and 94 (`TICKET_XIDS`) leave
   the GPU running but mean a repair waits for a reset or the memory is wearing, so they open a
-  ticket (GPUXidCritical at warning), without paging or draining.
+  ticket (GPUXidCritical at warning), without paging or draining. So do the NVLink 5 codes 144,
+  145, 146 and 149, whose action NVIDIA decodes from the message: a fatal one needs a reset and
+  pages through the Xid 154 that follows it, a non-fatal one mostly needs none (see below).
 - ``info``: normal fallout of another event, no action.
 """
 
@@ -294,9 +296,17 @@ _XIDS: tuple[XidInfo, ...] = (
     ),
 )
 
-# Xid 144-150 are NVLink 5 (Blackwell) errors, one per unit of the link. The message says whether
-# the error is fatal and carries the interrupt status NVIDIA's decode table keys on; a fatal one is
-# followed by an Xid 154 naming the recovery the GPU needs.
+# Xid 144-150 are NVLink 5 (Blackwell) errors, one per unit of the link. NVIDIA's catalog answers
+# them all with WORKFLOW_NVLINK5_ERR: decode the message's interrupt status and error status in its
+# "XID 144-150 Decode" table, which gives each (unit, status) its recovery. There, every item of
+# 150 (MSE degraded, MSE watchdog) is fatal and needs RESET_GPU; the fatal items of 144, 145, 146 and
+# 149 (most of 149's link-down events) need RESET_GPU, the non-fatal ones IGNORE, or follow the
+# Xid 154 that comes with them (XID_154_EVAL); every item of 147 (TREX) and 148 (NVLPW_CTRL) is
+# IGNORE. The count of a code cannot tell a fatal event from a non-fatal one, but a fatal one is
+# followed by an Xid 154 naming the recovery (the catalog's Xid 154 linkage, from driver R565) and
+# sets NVML's recovery action: those page. So: 150 pages; 144, 145, 146 and 149 open a ticket; 147
+# and 148 neither.
+_NVLINK5_DECODE = "decode the message's interrupt and error status with NVIDIA's XID 144-150 table"
 _NVLINK5_UNITS = {
     144: ("SAW", "NVLINK_SAW_ERROR"),
     145: ("RLW", "NVLINK_RLW_ERROR"),
@@ -306,16 +316,38 @@ _NVLINK5_UNITS = {
     149: ("NETIR", "NVLINK_NETIR_ERROR"),
     150: ("MSE", "NVLINK_MSE_ERROR"),
 }
+_NVLINK5_LEVEL: dict[int, tuple[Severity, str]] = {
+    **dict.fromkeys(
+        (144, 145, 146, 149),
+        (
+            "warning",
+            "A fatal one needs a GPU reset: the Xid 154 that follows it names the recovery "
+            "(GPUXidCritical and GPURecoveryActionRequired page for it); a non-fatal one needs no "
+            f"action unless it repeats on the same link ({_NVLINK5_DECODE}).",
+        ),
+    ),
+    **dict.fromkeys(
+        (147, 148),
+        (
+            "warning",
+            f"NVIDIA lists no action for any of this unit's errors ({_NVLINK5_DECODE}); report it if it "
+            "repeats.",
+        ),
+    ),
+    150: (
+        "critical",
+        "Drain and reset the GPU: both of the unit's errors (MSE degraded, MSE watchdog) are fatal "
+        "firmware faults that NVIDIA answers with a GPU reset; contact support if it recurs.",
+    ),
+}
 _NVLINK5 = tuple(
     XidInfo(
         code,
         name,
         f"NVLink 5 error reported by the link's {unit} unit; the message says Fatal or Non-fatal "
         "and carries the interrupt status that NVIDIA's decode table interprets.",
-        "critical",
-        "Follow NVIDIA's NVLink5 workflow: decode the message; for a fatal error do the recovery "
-        "the following Xid 154 names (drain and reset, node reboot, ...). Non-fatal ones mostly need "
-        "no action unless they repeat.",
+        _NVLINK5_LEVEL[code][0],
+        _NVLINK5_LEVEL[code][1],
     )
     for code, (unit, name) in _NVLINK5_UNITS.items()
 )
@@ -347,8 +379,9 @@ _LATER = (
 
 XID_CATALOG: Mapping[int, XidInfo] = MappingProxyType({x.code: x for x in (*_XIDS, *_NVLINK5, *_LATER)})
 CRITICAL_XIDS: frozenset[int] = frozenset(c for c, x in XID_CATALOG.items() if x.severity == "critical")
-# Warnings about the GPU's memory rather than one program: a ticket, not a page or a drain.
-TICKET_XIDS: frozenset[int] = frozenset({63, 92, 94})
+# Warnings about the GPU rather than one program: a ticket, not a page or a drain. The memory-health
+# codes, and the NVLink 5 codes whose fatal events page through the Xid 154 that follows them.
+TICKET_XIDS: frozenset[int] = frozenset({63, 92, 94, 144, 145, 146, 149})
 
 
 def describe(code: int) -> XidInfo:

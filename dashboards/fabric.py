@@ -1,4 +1,5 @@
-"""The fabric view: probe bandwidth by node and by pair, probe results, the fleet's RDMA errors."""
+"""The fabric view: probe bandwidth by node and by pair, what each node of a pairwise group costs,
+probe results, the fleet's RDMA errors."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from clusterhealth.dashboards.panels import (
     HIDE_META,
+    MERGE,
     RATE,
     SEL,
     Query,
@@ -25,11 +27,61 @@ def dashboard() -> gd.Dashboard:
             "clusterhealth-fabric",
             "clusterhealth / Fabric",
             "Fabric probes (nccl-tests, ib_write_bw, iperf3) by node and by pair against their "
-            "expectation, probe results, and the fleet's RDMA error rates.",
+            "expectation, what each node of a pairwise group costs a job, probe results, and the "
+            "fleet's RDMA error rates.",
             node_multi=True,
         ),
-        [("Bandwidth", bandwidth_row()), ("Results", results_row()), ("RDMA errors", rdma_errors_row())],
+        [
+            ("Bandwidth", bandwidth_row()),
+            ("Cost", cost_row()),
+            ("Results", results_row()),
+            ("RDMA errors", rdma_errors_row()),
+        ],
     )
+
+
+# The impact recording rules (deploy/prometheus/clusterhealth_mixin/recording.py), per node of a
+# pairwise group, for the rules generator's stated workload (impact_* parameters).
+IMPACT = {
+    "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio": "bandwidth ratio r",
+    "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise": "all-reduce slowdown 1/r",
+    "instance_probe:clusterhealth_fabric_step_slowdown:pairwise": "step slowdown",
+    "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise": "GPU-hours lost a day",
+}
+
+
+def cost_row() -> list[Builder[dm.Panel]]:
+    columns = {f"Value #{chr(ord('A') + n)}": title for n, title in enumerate(IMPACT.values())}
+    return [
+        grid(
+            "What each node costs",
+            "Per node of a pairwise group: r, its typical meeting bandwidth over the group's reference "
+            "(the median of its nodes'); the slowdown of a ring all-reduce through it (1/r); and, for "
+            "the rules' stated workload (by default a 64-GPU job reducing 7B BF16 gradients with 1 s "
+            "of compute a step), how much slower its steps run and the GPU-hours a day it loses "
+            "(docs/cost.md). FabricBandwidthDegraded and NodeStraggler quote the same numbers.",
+            [Query(f"{record}{{{SEL}}}", instant=True) for record in IMPACT],
+            w=12,
+            transformations=[
+                MERGE,
+                dm.DataTransformerConfig(
+                    id_val="organize",
+                    options={"excludeByName": dict.fromkeys(["Time", "job"], True), "renameByName": columns},
+                ),
+            ],
+        ),
+        graph(
+            "GPU-hours lost a day, by node",
+            "What a job of the stated workload spanning the node loses a day against the group's "
+            "reference bandwidth (0 at or above it).",
+            [
+                Query(
+                    f"instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise{{{SEL}}}",
+                    "{{instance}} {{probe}}",
+                )
+            ],
+        ),
+    ]
 
 
 def bandwidth_row() -> list[Builder[dm.Panel]]:

@@ -70,8 +70,21 @@ def test_hardware_xids_alert_and_application_xids_do_not() -> None:
     assert {48, 64, 74, 79, 95, 119, 120} <= CRITICAL_XIDS
     # NVIDIA asks no immediate action of a recorded remap (63) or an SBE storm (92), and only a
     # restart of the job after a contained error (94): a ticket, neither a page nor a drain.
-    assert {63, 92, 94} == TICKET_XIDS
+    assert {63, 92, 94} <= TICKET_XIDS
     assert all(XID_CATALOG[code].severity == "warning" for code in TICKET_XIDS)
+    assert not TICKET_XIDS & CRITICAL_XIDS
+
+
+def test_nvlink5_levels_follow_nvidias_decode_table() -> None:
+    """NVIDIA decodes Xid 144-150 from the message: every MSE (150) item is a fatal reset; SAW, RLW,
+    TLW and NETIR (144-146, 149) items are fatal resets or non-fatal nothing, the fatal ones
+    followed by an Xid 154 that pages; every TREX and NVLPW_CTRL (147, 148) item is IGNORE."""
+    assert 150 in CRITICAL_XIDS and {154} <= CRITICAL_XIDS
+    assert {144, 145, 146, 149} <= TICKET_XIDS
+    assert not {144, 145, 146, 147, 148, 149} & CRITICAL_XIDS
+    assert not {147, 148} & TICKET_XIDS
+    assert all(XID_CATALOG[code].severity == "warning" for code in range(144, 150))
+    assert "Xid 154" in XID_CATALOG[145].action and "reset" in XID_CATALOG[150].action
     # Faults of one application: the GPU is fine.
     assert not {13, 31, 32, 43, 45, 68, 69} & (CRITICAL_XIDS | TICKET_XIDS)
 
