@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +52,26 @@ from clusterhealth.checks.fabric.schedule import (
 )
 from clusterhealth.checks.probe_parsers import ProbeParse
 from clusterhealth.checks.probes import (
-    RESULTS,
     ProbeLock,
     ProbeOutcome,
     RunResult,
     evaluate,
     skipped,
-    statefile,
     template,
+)
+from clusterhealth.checks.probes.store import (
+    Format,
+    Runs,
+    StateStore,
+    decode_counts,
+    decode_record,
+    encode_record,
+    encode_runs,
 )
 
 log = logging.getLogger("clusterhealth.pairwise")
 
 FORMAT_VERSION = 1
-# The old and the new rounds of a group may overlap for a slot after a reload (the old one ends
-# the meeting it is in): their writes of the group's state file are read-modify-write under this.
-_WRITING = threading.Lock()
 
 
 def state_path(state_dir: Path, group: str) -> Path:
@@ -90,10 +92,7 @@ class SlotResult:
 
 
 @dataclass
-class GroupState:
-    runs: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(RESULTS, 0)))
-    last: SlotResult | None = None  # the last slot that was not skipped
-    last_any: SlotResult | None = None
+class GroupState(Runs[SlotResult]):
     # The latest slot of the latest round played: a confirming meeting's result replaces the
     # regular one; a skipped confirming slot leaves the regular result in place.
     current: SlotResult | None = None
@@ -101,47 +100,9 @@ class GroupState:
     confirms: dict[int, Played] = field(default_factory=dict)  # confirming slots, by round
 
 
-class GroupStore:
-    """A group's state in ``probing.state_dir``, written atomically and re-read when it changed."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._state = GroupState()
-        self._signature: statefile.Signature | None = None
-        self.problem: str | None = None
-
-    def read(self) -> GroupState:
-        """A copy of the state, as the file holds it now."""
-        with _WRITING:
-            self._refresh()
-            s = self._state
-            return GroupState(
-                Counter(s.runs), s.last, s.last_any, s.current, dict(s.history), dict(s.confirms)
-            )
-
-    def update(self, change: Callable[[GroupState], None]) -> None:
-        with _WRITING:
-            self._refresh()
-            change(self._state)
-            try:
-                self._signature = statefile.write_json(self.path, _encode(self._state))
-            except OSError as err:
-                self.problem = (
-                    f"cannot save pairwise results to {self.path}: {err}; they are kept in memory only"
-                )
-            else:
-                self.problem = None
-
-    def _refresh(self) -> None:
-        try:
-            current = statefile.signature(self.path)
-            if current is None or current == self._signature:
-                return
-            state = _decode(json.loads(self.path.read_bytes()))
-        except (OSError, ValueError) as err:
-            self.problem = f"cannot read pairwise results from {self.path}: {err}"
-            return
-        self._state, self._signature = state, current
+def group_store(state_dir: Path, group: str) -> StateStore[GroupState]:
+    """A group's state in ``probing.state_dir``."""
+    return StateStore(state_path(state_dir, group), GROUP_FORMAT)
 
 
 class GroupRounds:
@@ -159,7 +120,7 @@ class GroupRounds:
         self.schedule = Schedule(group.members, group.name)
         self.timing = group.timing()
         self.kind = probe_parsers.kind(group.kind)
-        self.store = GroupStore(state_path(state_dir, group.name))
+        self.store = group_store(state_dir, group.name)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -339,10 +300,7 @@ class GroupRounds:
         played = Played(result.round, plan.partner, plan.role, short)
 
         def change(state: GroupState) -> None:
-            state.runs[outcome.result] += 1
-            state.last_any = result
-            if outcome.result != "skipped":
-                state.last = result
+            state.count(result)
             # A confirming meeting replaces the regular result; one that did not take place
             # leaves it: it is still this round's result.
             if not result.confirming or outcome.result != "skipped":
@@ -374,16 +332,7 @@ class GroupRounds:
             return
         name = self.group.name
         state = self.store.read()
-        for result in RESULTS:
-            families.runs.add_metric([name, result], float(state.runs[result]))
-        if state.last_any is not None:
-            families.last_run.add_metric([name], state.last_any.started_at)
-        if state.last is not None:
-            outcome = state.last.outcome
-            families.success.add_metric([name], 1.0 if outcome.success else 0.0)
-            families.duration.add_metric([name], state.last.duration_seconds)
-            if outcome.expected_bytes_per_second is not None:
-                families.expected.add_metric([name], outcome.expected_bytes_per_second)
+        families.add_runs(name, state)
         now = round_at(self.clock(), self.group.period_seconds)
         families.round.add_metric([name], float(now))
         families.members.add_metric([name], float(len(self.schedule)))
@@ -434,18 +383,13 @@ def _plain(address: str) -> str:
 
 
 def _encode(state: GroupState) -> dict[str, Any]:
-    def result(r: SlotResult | None) -> dict[str, Any] | None:
-        return None if r is None else asdict(r)
-
     def history(h: dict[int, Played]) -> dict[str, Any]:
         return {str(r): [p.partner, p.role, p.short] for r, p in sorted(h.items())}
 
     return {
         "version": FORMAT_VERSION,
-        "runs": dict(state.runs),
-        "last": result(state.last),
-        "last_any": result(state.last_any),
-        "current": result(state.current),
+        **encode_runs(state),
+        "current": encode_record(state.current),
         "history": history(state.history),
         "confirms": history(state.confirms),
     }
@@ -454,20 +398,6 @@ def _encode(state: GroupState) -> dict[str, Any]:
 def _decode(document: Any) -> GroupState:
     if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
         raise ValueError(f"not a version {FORMAT_VERSION} pairwise state file")
-
-    def result(data: Any) -> SlotResult | None:
-        if data is None:
-            return None
-        outcome = ProbeOutcome.from_state(data["outcome"])
-        return SlotResult(
-            int(data["round"]),
-            bool(data["confirming"]),
-            str(data["peer"]),
-            outcome,
-            float(data["started_at"]),
-            float(data["duration_seconds"]),
-            str(data["command"]),
-        )
 
     def history(data: Any) -> dict[int, Played]:
         out = {}
@@ -479,12 +409,15 @@ def _decode(document: Any) -> GroupState:
 
     try:
         return GroupState(
-            Counter({r: int(document["runs"].get(r, 0)) for r in RESULTS}),
-            result(document["last"]),
-            result(document["last_any"]),
-            result(document["current"]),
+            decode_counts(document["runs"]),
+            decode_record(SlotResult, document["last"]),
+            decode_record(SlotResult, document["last_any"]),
+            decode_record(SlotResult, document["current"]),
             history(document["history"]),
             history(document["confirms"]),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"malformed pairwise state ({type(err).__name__}: {err})") from err
+
+
+GROUP_FORMAT = Format("pairwise results", GroupState, _encode, _decode)

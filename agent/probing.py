@@ -9,13 +9,9 @@ module wires it to the config, the scheduler and the exposition.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import socket
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +36,15 @@ from clusterhealth.checks.probes import (
     evaluate,
     run,
     skipped,
-    statefile,
     template,
+)
+from clusterhealth.checks.probes.store import (
+    Format,
+    Runs,
+    StateStore,
+    decode_counts,
+    decode_record,
+    encode_runs,
 )
 from clusterhealth.checks.probes.transport import NodeLinks
 from clusterhealth.exporters.base import CollectorFailed
@@ -153,97 +156,13 @@ class ProbeRunner:
 
 
 @dataclass
-class _ProbeState:
-    runs: Counter[str]
-    last: PeerRun | None = None  # the last run that was not skipped
-    last_any: PeerRun | None = None
+class _ProbeState(Runs[PeerRun]):
     bandwidth: dict[str, float] = field(default_factory=dict)  # peer -> bytes/s of its last completed run
 
 
-class ResultStore:
-    """The probes' results (runs by result, last runs, each peer's last bandwidth), kept in
-    `probing.state_dir` so that `scrape`, a restarted agent and `probe run` all see them.
-
-    Written atomically after each run and re-read when another process changed the file
-    (checks/probes/statefile.py). A file that cannot be written or read is reported as `problem`:
-    the results stay in memory and the probes collector says why it fails.
-    """
-
-    def __init__(self, state_dir: Path):
-        self.path = state_dir / RESULTS_FILE
-        self._lock = threading.Lock()
-        self._state: dict[str, _ProbeState] = {}
-        self._signature: statefile.Signature | None = None
-        self.problem: str | None = None
-
-    def record(self, runs: list[PeerRun]) -> None:
-        with self._lock:
-            self._refresh()
-            for peer_run in runs:
-                state = self._state.setdefault(peer_run.probe, _new_state())
-                outcome = peer_run.outcome
-                state.runs[outcome.result] += 1
-                state.last_any = peer_run
-                if outcome.result != "skipped":
-                    state.last = peer_run
-                if outcome.bandwidth_bytes_per_second is not None:
-                    state.bandwidth[peer_run.peer] = outcome.bandwidth_bytes_per_second
-            document = {"version": 1, "probes": {n: _encode(st) for n, st in self._state.items()}}
-            try:
-                self._signature = statefile.write_json(self.path, document)
-            except OSError as err:
-                self._fail(f"cannot save probe results to {self.path}: {err}")
-            else:
-                self._recover()
-
-    def read(self) -> dict[str, _ProbeState]:
-        with self._lock:
-            self._refresh()
-            return dict(self._state)
-
-    def _refresh(self) -> None:
-        try:
-            current = statefile.signature(self.path)
-            if current is None or current == self._signature:
-                return
-            state = _decode(json.loads(self.path.read_bytes()))
-        except (OSError, ValueError) as err:
-            self._fail(f"cannot read probe results from {self.path}: {err}")
-            return
-        self._state, self._signature = state, current
-
-    def _fail(self, problem: str) -> None:
-        # Reported by whoever reads `problem`: the probes collector fails with it (and the agent
-        # logs that once), `probe run` prints it.
-        self.problem = f"{problem}; they are kept in memory only"
-
-    def _recover(self) -> None:
-        self.problem = None
-
-
-def _new_state() -> _ProbeState:
-    return _ProbeState(Counter(dict.fromkeys(RESULTS, 0)))
-
-
-def _encode(state: _ProbeState) -> dict[str, Any]:
-    def run(peer_run: PeerRun | None) -> dict[str, Any] | None:
-        if peer_run is None:
-            return None
-        return {
-            "probe": peer_run.probe,
-            "peer": peer_run.peer,
-            "outcome": dataclasses.asdict(peer_run.outcome),
-            "started_at": peer_run.started_at,
-            "duration_seconds": peer_run.duration_seconds,
-            "command": peer_run.command,
-        }
-
-    return {
-        "runs": dict(state.runs),
-        "last": run(state.last),
-        "last_any": run(state.last_any),
-        "bandwidth": state.bandwidth,
-    }
+def _encode(states: dict[str, _ProbeState]) -> dict[str, Any]:
+    probes = {name: {**encode_runs(state), "bandwidth": state.bandwidth} for name, state in states.items()}
+    return {"version": 1, "probes": probes}
 
 
 def _decode(document: Any) -> dict[str, _ProbeState]:
@@ -253,32 +172,25 @@ def _decode(document: Any) -> dict[str, _ProbeState]:
     probes = document.get("probes")
     if not isinstance(probes, dict):
         raise ValueError("'probes' is not an object")
-
-    def run(data: Any) -> PeerRun | None:
-        if data is None:
-            return None
-        outcome = ProbeOutcome.from_state(data["outcome"])
-        return PeerRun(
-            str(data["probe"]),
-            str(data["peer"]),
-            outcome,
-            float(data["started_at"]),
-            float(data["duration_seconds"]),
-            str(data["command"]),
-        )
-
     try:
         return {
             str(name): _ProbeState(
-                Counter({r: int(data["runs"].get(r, 0)) for r in RESULTS}),
-                run(data["last"]),
-                run(data["last_any"]),
+                decode_counts(data["runs"]),
+                decode_record(PeerRun, data["last"]),
+                decode_record(PeerRun, data["last_any"]),
                 {str(peer): float(v) for peer, v in data["bandwidth"].items()},
             )
             for name, data in probes.items()
         }
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"malformed probe results ({type(err).__name__}: {err})") from err
+
+
+# The probes' results (runs by result, last runs, each peer's last bandwidth), kept in
+# `probing.state_dir` so that `scrape`, a restarted agent and `probe run` all see them.
+RESULTS_FORMAT = Format(
+    "probe results", dict, _encode, _decode, unreadable_note="; they are kept in memory only"
+)
 
 
 class ProbeService:
@@ -299,7 +211,7 @@ class ProbeService:
     ):
         self.probing, self.probes, self.runner = probing, probes, runner
         self.groups = tuple(groups)
-        self.results = ResultStore(Path(probing.state_dir))
+        self.results = StateStore(Path(probing.state_dir) / RESULTS_FILE, RESULTS_FORMAT)
         # One worker: the scheduler never starts a second probe while one runs (the lock file
         # also keeps out `clusterhealth probe run` and other agents).
         self.scheduler = BackgroundScheduler(
@@ -328,7 +240,15 @@ class ProbeService:
 
     def run_probe(self, probe: ProbeConfig) -> list[PeerRun]:
         runs = self.runner.run(probe)
-        self.results.record(runs)
+
+        def record(states: dict[str, _ProbeState]) -> None:
+            for peer_run in runs:
+                state = states.setdefault(peer_run.probe, _ProbeState())
+                state.count(peer_run)
+                if peer_run.outcome.bandwidth_bytes_per_second is not None:
+                    state.bandwidth[peer_run.peer] = peer_run.outcome.bandwidth_bytes_per_second
+
+        self.results.update(record)
         for peer_run in runs:
             _log_run(peer_run)
         return runs
@@ -337,20 +257,13 @@ class ProbeService:
         families = ProbeFamilies.new()
         states = self.results.read()
         for name in (p.name for p in self.probes):
-            state = states.get(name, _new_state())
-            for result in RESULTS:
-                families.runs.add_metric([name, result], float(state.runs[result]))
+            state = states.get(name, _ProbeState())
+            families.add_runs(name, state)
             for peer, value in sorted(state.bandwidth.items()):
                 families.bandwidth.add_metric([name, peer], value)
-            if state.last_any is not None:
-                families.last_run.add_metric([name], state.last_any.started_at)
             if state.last is None:
                 continue
             outcome = state.last.outcome
-            families.success.add_metric([name], 1.0 if outcome.success else 0.0)
-            families.duration.add_metric([name], state.last.duration_seconds)
-            if outcome.expected_bytes_per_second is not None:
-                families.expected.add_metric([name], outcome.expected_bytes_per_second)
             if outcome.wrong_values is not None:
                 families.wrong.add_metric([name], float(outcome.wrong_values))
             if outcome.transport is not None and outcome.transport.said:
@@ -454,6 +367,19 @@ class ProbeFamilies:
                 labels=["probe"],
             ),
         )
+
+    def add_runs(self, probe: str, state: Runs[Any]) -> None:
+        """A probe's or a group's runs by result, and its last run's series."""
+        for result in RESULTS:
+            self.runs.add_metric([probe, result], float(state.runs[result]))
+        if state.last_any is not None:
+            self.last_run.add_metric([probe], state.last_any.started_at)
+        if state.last is not None:
+            outcome = state.last.outcome
+            self.success.add_metric([probe], 1.0 if outcome.success else 0.0)
+            self.duration.add_metric([probe], state.last.duration_seconds)
+            if outcome.expected_bytes_per_second is not None:
+                self.expected.add_metric([probe], outcome.expected_bytes_per_second)
 
     def all(self) -> list[Metric]:
         families: list[Metric] = [

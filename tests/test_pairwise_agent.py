@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from clusterhealth.agent import config as configuration
-from clusterhealth.agent.pairwise import GroupRounds, GroupStore, state_path
+from clusterhealth.agent.pairwise import GroupRounds, group_store
 from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
 from clusterhealth.checks.fabric import meeting
 from clusterhealth.checks.fabric.schedule import RoundTiming, round_at
@@ -499,7 +499,7 @@ def test_scrape_exports_the_current_rounds_result_only(tmp_path: Path) -> None:
     spec = group("fabric", {"a": "10.0.0.1", "b": "10.0.0.2"}, period_seconds=3600)
     config_path = node_config(tmp_path, "a", [spec])
     config = configuration.load(config_path)
-    store = GroupStore(state_path(Path(config.probing.state_dir), "fabric"))
+    store = group_store(Path(config.probing.state_dir), "fabric")
     now = round_at(time.time(), 3600)
     outcome = ProbeOutcome("degraded", "slow", 1e8, 2.5e7 * 8)
 
