@@ -13,6 +13,7 @@ from clusterhealth.agent import __version__
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.probes.settings import parse_bandwidth
 from clusterhealth.checks.schema import check_pattern
 
 EXIT_CONFIG = 2
@@ -414,7 +415,7 @@ def _model(args: argparse.Namespace) -> int:
     from clusterhealth.agent import model
     from clusterhealth.checks.cost import Workload
 
-    bandwidth = configuration.parse_bandwidth(args.bandwidth)
+    bandwidth = parse_bandwidth(args.bandwidth)
     if not bandwidth:
         print(
             f"clusterhealth model: --bandwidth: expected a rate such as 400Gbit/s or 50GB/s, got "
@@ -452,7 +453,7 @@ def _probe_parse(args: argparse.Namespace) -> int:
 
     expected = None
     if args.expect is not None:
-        expected = configuration.parse_bandwidth(args.expect)
+        expected = parse_bandwidth(args.expect)
         if expected is None or expected <= 0:
             problem = f"expected a rate such as '400 Gb/s', got {args.expect!r}"
             print(f"clusterhealth: --expect: {problem}", file=sys.stderr)

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterhealth.agent.config import PairwiseGroupConfig, parse_bandwidth
 from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric import meeting
@@ -50,6 +49,7 @@ from clusterhealth.checks.fabric.schedule import (
     regular,
     round_at,
 )
+from clusterhealth.checks.fabric.settings import PairwiseGroupConfig
 from clusterhealth.checks.probe_parsers import ProbeParse
 from clusterhealth.checks.probes import (
     ProbeLock,
@@ -59,6 +59,7 @@ from clusterhealth.checks.probes import (
     skipped,
     template,
 )
+from clusterhealth.checks.probes.settings import parse_bandwidth
 from clusterhealth.checks.probes.store import (
     Format,
     Runs,

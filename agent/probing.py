@@ -23,7 +23,6 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from clusterhealth.agent.config import ProbeConfig, ProbingConfig, parse_bandwidth
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.probe_parsers import parse
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport
@@ -38,6 +37,7 @@ from clusterhealth.checks.probes import (
     skipped,
     template,
 )
+from clusterhealth.checks.probes.settings import ProbeConfig, ProbingConfig, parse_bandwidth
 from clusterhealth.checks.probes.store import (
     Format,
     Runs,
