@@ -343,6 +343,7 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 def _probe_run(args: argparse.Namespace) -> int:
     from clusterhealth.agent.collectors import collect_once, node_links
     from clusterhealth.agent.probing import ProbeRunner, ProbeService
+    from clusterhealth.checks.probes.pipeline import Pipeline
 
     config, _ = load_config(args)
     logsetup.set_level(config.log_level)
@@ -363,12 +364,8 @@ def _probe_run(args: argparse.Namespace) -> int:
     try:
         session = node.session if config.collectors.gpu.enabled else None
         # Through the service, so that the result is kept for `scrape` and the agent too.
-        runner = ProbeRunner(
-            config.probing,
-            session,
-            node_name=configuration.node_name(config),
-            node_links=node_links(config, node),
-        )
+        pipeline = Pipeline.of(config.probing, session, node_links(config, node))
+        runner = ProbeRunner(pipeline, session, configuration.node_name(config))
         runs = ProbeService(config.probing, config.probes, runner).run_probe(probe)
     finally:
         node.close()

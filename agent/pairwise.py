@@ -3,7 +3,8 @@
 A group's agents measure each other in rotating pairs with no coordinator (docs/fabric.md). On
 each node, one thread per group wakes at each slot of each round on the wall clock, asks the
 schedule (checks/fabric/schedule.py) whom it meets and in which role, and plays its end
-(checks/fabric/meeting.py) under the node's probe lock and idle guard, like every probe:
+(checks/fabric/meeting.py) through the probe pipeline (checks/probes/pipeline.py: the node's probe
+lock, the idle guard, the expectation and the baseline), like every probe:
 
 * the **regular slot** at the round's start (round = Unix time // period, from the slot's
   scheduled time, never from when the thread woke);
@@ -26,10 +27,7 @@ size of the group.
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
-from clusterhealth.checks import probe_parsers
+from clusterhealth.agent.probing import ProbeFamilies
 from clusterhealth.checks.fabric import meeting
 from clusterhealth.checks.fabric.schedule import (
     CONFIRM_ATTEMPTS,
@@ -50,16 +47,8 @@ from clusterhealth.checks.fabric.schedule import (
     round_at,
 )
 from clusterhealth.checks.fabric.settings import PairwiseGroupConfig
-from clusterhealth.checks.probe_parsers import ProbeParse
-from clusterhealth.checks.probes import (
-    ProbeLock,
-    ProbeOutcome,
-    RunResult,
-    evaluate,
-    skipped,
-    template,
-)
-from clusterhealth.checks.probes.settings import parse_bandwidth
+from clusterhealth.checks.probes import ProbeOutcome, skipped
+from clusterhealth.checks.probes.pipeline import Job, Pipeline
 from clusterhealth.checks.probes.store import (
     Format,
     Runs,
@@ -113,15 +102,13 @@ class GroupRounds:
         self,
         group: PairwiseGroupConfig,
         node: str,
-        runner: ProbeRunner,
-        state_dir: Path,
+        pipeline: Pipeline,
         clock: Callable[[], float] = time.time,
     ):
-        self.group, self.node, self.runner, self.clock = group, node, runner, clock
+        self.group, self.node, self.pipeline, self.clock = group, node, pipeline, clock
         self.schedule = Schedule(group.members, group.name)
         self.timing = group.timing()
-        self.kind = probe_parsers.kind(group.kind)
-        self.store = group_store(state_dir, group.name)
+        self.store = group_store(pipeline.state_dir, group.name)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -224,76 +211,34 @@ class GroupRounds:
 
     def _meet(self, plan: Assignment, port: int, runs: int, start: float) -> SlotResult:
         assert plan.partner is not None and plan.role is not None
+        partner, members = plan.partner, self.group.members
         started_at, began = self.clock(), time.monotonic()
-
-        def done(outcome: ProbeOutcome, command: str = "") -> SlotResult:
-            duration = time.monotonic() - began
-            return SlotResult(
-                plan.round, plan.confirming, plan.partner or "", outcome, started_at, duration, command
-            )
-
-        lock = ProbeLock(self.runner.lock_path, self.group.name)
-        try:
-            acquired = lock.acquire()
-        except OSError as err:
-            return done(ProbeOutcome("failed", f"cannot take the probe lock {self.runner.lock_path}: {err}"))
-        if not acquired:
-            holder = lock.holder() or "unknown holder"
-            return done(skipped(f"another probe holds {self.runner.lock_path}: {holder}"))
-        try:
-            busy = self.runner.idle.check()
-            if busy is not None:
-                return done(skipped(busy))
-            members = self.group.members
-            values = {
-                "peer": members[plan.partner],
-                "peer_node": plan.partner,
+        job = Job(
+            self.group.name,
+            self.group.kind,
+            self.group.server_argv if plan.role == "server" else self.group.client_argv,
+            lambda: {
+                "peer": members[partner],
+                "peer_node": partner,
                 "address": members[self.node],
                 "node": self.node,
                 "port": str(port),
-            }
-            argv_template = self.group.server_argv if plan.role == "server" else self.group.client_argv
-            try:
-                argv = template(argv_template, values)
-            except ValueError as err:
-                return done(ProbeOutcome("failed", f"cannot build the command: {err}"))
-            end = meeting.End(
-                argv,
-                self.kind,
-                start,
-                self.timing,
-                runs,
-                plan.confirming,
-                plan.partner,
-                env=self.group.env or None,
-                max_output_bytes=self.runner.probing.max_output_bytes,
-            )
-            if plan.role == "server":
-                address = members[plan.partner]
-                played = meeting.serve(
-                    end, self._judge, lambda remote: _same_host(remote, address), self.clock
-                )
-            else:
-
-                def ready() -> ProbeOutcome | None:
-                    # The guard again, right before the first connection: a job may have started.
-                    busy = self.runner.idle.check()
-                    return skipped(busy) if busy is not None else None
-
-                played = meeting.connect(end, self._judge, self.clock, self._wait_until, ready)
-            if self.group.expect == "learn":
-                self.runner.baselines.learn(self.group.name, "", played.outcome)
-            return done(played.outcome, played.command)
-        finally:
-            lock.release()
-
-    def _judge(self, result: RunResult, parse: ProbeParse | None) -> ProbeOutcome:
-        configured = parse_bandwidth(self.group.expect) if self.group.expect != "learn" else None
-        expected = (
-            configured if configured is not None else self.runner.baselines.expected(self.group.name, "")
+            },
+            expect=self.group.expect,
+            degraded_fraction=self.group.degraded_fraction,
+            env=self.group.env or None,
         )
-        fraction = self.group.degraded_fraction or self.runner.probing.degraded_fraction
-        return evaluate(self.group.kind, result, parse, expected, fraction)
+        end = meeting.End(start, self.timing, runs, plan.confirming, partner, members[partner])
+        if plan.role == "server":
+            played = self.pipeline.play(job, lambda launch: meeting.serve(end, launch, self.clock))
+        else:
+            played = self.pipeline.play(
+                job, lambda launch: meeting.connect(end, launch, self.clock, self._wait_until)
+            )
+        duration = time.monotonic() - began
+        return SlotResult(
+            plan.round, plan.confirming, partner, played.outcome, started_at, duration, played.command
+        )
 
     def _record(self, result: SlotResult, plan: Assignment) -> None:
         outcome = result.outcome
@@ -351,33 +296,6 @@ def _keep(history: dict[int, Played], round_: int, played: Played) -> None:
     history[round_] = played
     for old in [r for r in history if r < round_ - CONFIRM_ATTEMPTS - 1]:
         del history[old]
-
-
-def _same_host(remote: str, address: str) -> bool:
-    """Is ``remote`` (an address a tool printed) the member at ``address`` (an IP or a name)?"""
-    remote = _plain(remote)
-    if remote == _plain(address):
-        return True
-    try:
-        ipaddress.ip_address(address)
-        return False  # an IP address that differs
-    except ValueError:
-        pass
-    try:
-        resolved = {_plain(str(info[4][0])) for info in socket.getaddrinfo(address, None)}
-    except OSError:
-        return True  # cannot tell: give the meeting the benefit of the doubt
-    return remote in resolved
-
-
-def _plain(address: str) -> str:
-    # A dual-stack server prints an IPv4 client as ::ffff:10.0.0.1.
-    with contextlib.suppress(ValueError):
-        ip = ipaddress.ip_address(address)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ip)
-    return address
 
 
 # --- the state file ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Scheduled fabric probes: when to run them (APScheduler), one run end to end, and their metrics.
 
-A run, in order: take the node's probe lock (one probe at a time, also against `clusterhealth
-probe run` and a second agent), ask the idle guard, fill in the command, ask the idle guard again
-right before launch, run it (checks/probes/runner.py), parse its output, evaluate it against the
-configured or learned expectation, and learn from it. The machinery is in checks/probes/; this
-module wires it to the config, the scheduler and the exposition.
+A run goes through the probe pipeline (checks/probes/pipeline.py), as a pairwise meeting does: the
+node's probe lock, the idle guard, the command filled in, the idle guard again right before launch,
+the run (checks/probes/runner.py), its output parsed and evaluated against the configured or
+learned expectation, and learned from. This module wires it to the config, the scheduler and the
+exposition.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,20 +24,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.checks import probe_parsers
-from clusterhealth.checks.probe_parsers import parse
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport
-from clusterhealth.checks.probes import (
-    RESULTS,
-    BaselineStore,
-    IdleGuard,
-    ProbeLock,
-    ProbeOutcome,
-    evaluate,
-    run,
-    skipped,
-    template,
-)
-from clusterhealth.checks.probes.settings import ProbeConfig, ProbingConfig, parse_bandwidth
+from clusterhealth.checks.probes import RESULTS, ProbeOutcome
+from clusterhealth.checks.probes.pipeline import Job, Pipeline, run_once
+from clusterhealth.checks.probes.settings import ProbeConfig, ProbingConfig
 from clusterhealth.checks.probes.store import (
     Format,
     Runs,
@@ -46,13 +36,11 @@ from clusterhealth.checks.probes.store import (
     decode_record,
     encode_runs,
 )
-from clusterhealth.checks.probes.transport import NodeLinks
 from clusterhealth.exporters.base import CollectorFailed
 from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
 
 log = logging.getLogger("clusterhealth.probes")
 
-LOCK_FILE = "probe.lock"
 RESULTS_FILE = "probe-results.json"
 
 
@@ -69,84 +57,33 @@ class PeerRun:
 
 
 class ProbeRunner:
-    """Runs one configured probe now, against each of its peers in turn."""
+    """Runs one configured probe now, against each of its peers in turn, through the pipeline."""
 
-    def __init__(
-        self,
-        probing: ProbingConfig,
-        session: NvmlSession | None,
-        gpu_count: int | None = None,
-        node_name: str | None = None,
-        node_links: Callable[[], NodeLinks] | None = None,
-    ):
-        """`node_links` reads what the node offers NCCL when a run is judged (RDMA devices,
-        NVLink); without it no transport is called a fallback."""
-        self.probing = probing
+    def __init__(self, pipeline: Pipeline, session: NvmlSession | None, node_name: str | None = None):
+        """`session` counts the GPUs for ``{gpus}`` (None: 0)."""
+        self.pipeline = pipeline
         self.node_name = node_name or socket.gethostname().split(".", 1)[0]
-        state = Path(probing.state_dir)
-        self.baselines = BaselineStore(state, probing.baseline_window, probing.baseline_min_runs)
-        self.lock_path = state / LOCK_FILE
-        self.idle = IdleGuard(
-            session if probing.check_gpus_idle else None,
-            probing.busy_command or None,
-            probing.busy_command_timeout_seconds,
-        )
         self._session = session
-        self._gpu_count = gpu_count
-        self._node_links = node_links
 
     def run(self, probe: ProbeConfig) -> list[PeerRun]:
         return [self.run_peer(probe, peer) for peer in probe.peers or ("",)]
 
     def run_peer(self, probe: ProbeConfig, peer: str) -> PeerRun:
         started_at, start = time.time(), time.monotonic()
-        outcome, command = self._run_under_lock(probe, peer)
-        return PeerRun(probe.name, peer, outcome, started_at, time.monotonic() - start, command)
-
-    def _run_under_lock(self, probe: ProbeConfig, peer: str) -> tuple[ProbeOutcome, str]:
-        lock = ProbeLock(self.lock_path, probe.name)
-        try:
-            acquired = lock.acquire()
-        except OSError as err:
-            # probing.state_dir without permission or space: a fault to report, not a crash.
-            return ProbeOutcome("failed", f"cannot take the probe lock {self.lock_path}: {err}"), ""
-        if not acquired:
-            return skipped(f"another probe holds {self.lock_path}: {lock.holder() or 'unknown holder'}"), ""
-        try:
-            return self._run_locked(probe, peer)
-        finally:
-            lock.release()
-
-    def _run_locked(self, probe: ProbeConfig, peer: str) -> tuple[ProbeOutcome, str]:
-        busy = self.idle.check()
-        if busy is not None:
-            return skipped(busy), ""
-        try:
-            argv = template(probe.argv, {"peer": peer, "node": self.node_name, "gpus": self._gpus()})
-        except ValueError as err:
-            return ProbeOutcome("failed", f"cannot build the command: {err}"), ""
-        # The guard again, right before launch: a job may have started while the lock was taken.
-        busy = self.idle.check()
-        if busy is not None:
-            return skipped(busy), ""
-        result = run(
-            argv, timeout=probe.timeout_seconds, env=probe.env, max_output_bytes=self.probing.max_output_bytes
+        job = Job(
+            probe.name,
+            probe.kind,
+            probe.argv,
+            lambda: {"peer": peer, "node": self.node_name, "gpus": self._gpus()},
+            expect=probe.expect,
+            degraded_fraction=probe.degraded_fraction,
+            baseline_peer=peer,
+            env=probe.env,
         )
-        if result.cancelled:
-            return skipped("the agent stopped during the run"), result.command
-        parsed = parse(probe.kind, result.output) if result.error is None else None
-        configured = parse_bandwidth(probe.expect) if probe.expect != "learn" else None
-        expected = configured if configured is not None else self.baselines.expected(probe.name, peer)
-        fraction = probe.degraded_fraction or self.probing.degraded_fraction
-        links = self._node_links() if self._node_links is not None else None
-        outcome = evaluate(probe.kind, result, parsed, expected, fraction, links)
-        if configured is None:
-            self.baselines.learn(probe.name, peer, outcome)
-        return outcome, result.command
+        played = self.pipeline.play(job, run_once(probe.timeout_seconds))
+        return PeerRun(probe.name, peer, played.outcome, started_at, time.monotonic() - start, played.command)
 
     def _gpus(self) -> str:
-        if self._gpu_count is not None:
-            return str(self._gpu_count)
         if self._session is None:
             return "0"
         try:

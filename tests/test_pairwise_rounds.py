@@ -23,8 +23,9 @@ import pytest
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent.pairwise import GroupRounds, SlotResult
-from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
+from clusterhealth.agent.probing import ProbeFamilies
 from clusterhealth.checks.fabric.schedule import Schedule, round_at
+from clusterhealth.checks.probes.pipeline import Pipeline
 
 from .test_pairwise_agent import group, iperf3, node_config
 
@@ -80,9 +81,8 @@ class Pair:
         for node in ("a", "b"):
             extra = settings.get(node, {})
             config = configuration.load(node_config(tmp, f"{name}-{node}", [spec], **extra))
-            runner = ProbeRunner(config.probing, None, node_name=node)
-            state = Path(config.probing.state_dir)
-            self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, runner, state, clock=self.clock)
+            pipeline = Pipeline.of(config.probing, None)
+            self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, pipeline, clock=self.clock)
         self.name = name
 
     def rates(self, node: str, *mbit: int) -> None:
