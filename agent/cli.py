@@ -342,7 +342,7 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 
 def _probe_run(args: argparse.Namespace) -> int:
     from clusterhealth.agent.collectors import collect_once, node_links
-    from clusterhealth.agent.probing import ProbeRunner, ProbeService
+    from clusterhealth.checks.probes.collector import ProbeRunner, ProbeService
     from clusterhealth.checks.probes.pipeline import Pipeline
 
     config, _ = load_config(args)

@@ -18,11 +18,11 @@ from typing import Literal, get_type_hints
 
 from clusterhealth.agent.config import CollectorSettings, Config, node_name
 from clusterhealth.agent.node import Node
-from clusterhealth.agent.pairwise import GroupRounds
-from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import AuditCollector
+from clusterhealth.checks.fabric.rounds import GroupRounds
 from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.checks.probes.collector import ProbeRunner, ProbeService
 from clusterhealth.checks.probes.pipeline import Pipeline
 from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
 from clusterhealth.exporters.base import Collector, FamilySelection

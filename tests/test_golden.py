@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from clusterhealth.agent.demo import kmsg_record
-from clusterhealth.agent.pairwise import GroupState, SlotResult, group_store
+from clusterhealth.checks.fabric.rounds import GroupState, SlotResult, group_store
 from clusterhealth.checks.fabric.schedule import round_at
 from clusterhealth.checks.probes import ProbeOutcome
 from clusterhealth.exporters.sim import procfs as sim_procfs

@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 from clusterhealth.agent import config as configuration
-from clusterhealth.agent.pairwise import GroupRounds, group_store
-from clusterhealth.agent.probing import ProbeFamilies
 from clusterhealth.checks.fabric import meeting
+from clusterhealth.checks.fabric.rounds import GroupRounds, group_store
 from clusterhealth.checks.fabric.schedule import RoundTiming, round_at
 from clusterhealth.checks.probe_parsers import iperf3 as iperf3_kind
 from clusterhealth.checks.probes import ProbeLock, ProbeOutcome
+from clusterhealth.checks.probes.families import ProbeFamilies
 from clusterhealth.checks.probes.pipeline import Judge, Launch, Pipeline
 
 from .conftest import CLUSTERHEALTH, AgentProcess, require_tool, run_cli, samples, value
@@ -485,7 +485,7 @@ def test_a_bad_members_file_exits_2_naming_the_file_and_its_line(tmp_path: Path)
 def test_scrape_exports_the_current_rounds_result_only(tmp_path: Path) -> None:
     # What the agent recorded for this round shows in `scrape`; a result of an earlier round does
     # not (the round number moved on, the partner's series is gone), but the round number does.
-    from clusterhealth.agent.pairwise import SlotResult
+    from clusterhealth.checks.fabric.rounds import SlotResult
 
     spec = group("fabric", {"a": "10.0.0.1", "b": "10.0.0.2"}, period_seconds=3600)
     config_path = node_config(tmp_path, "a", [spec])

@@ -8,10 +8,10 @@ import shutil
 import threading
 from pathlib import Path
 
-from clusterhealth.agent.pairwise import GROUP_FORMAT, SlotResult, group_store
-from clusterhealth.agent.probing import RESULTS_FILE, RESULTS_FORMAT, PeerRun
+from clusterhealth.checks.fabric.rounds import GROUP_FORMAT, SlotResult, group_store
 from clusterhealth.checks.fabric.schedule import Played
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport
+from clusterhealth.checks.probes.collector import RESULTS_FILE, RESULTS_FORMAT, PeerRun
 from clusterhealth.checks.probes.store import StateStore
 
 from .conftest import FIXTURES

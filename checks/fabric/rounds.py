@@ -1,4 +1,4 @@
-"""Pairwise probe groups in the agent: each group's rounds on this node, what they keep, what they export.
+"""Pairwise probe groups: each group's rounds on this node, what they keep, what they export.
 
 A group's agents measure each other in rotating pairs with no coordinator (docs/fabric.md). On
 each node, one thread per group wakes at each slot of each round on the wall clock, asks the
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterhealth.agent.probing import ProbeFamilies
 from clusterhealth.checks.fabric import meeting
 from clusterhealth.checks.fabric.schedule import (
     CONFIRM_ATTEMPTS,
@@ -48,6 +47,7 @@ from clusterhealth.checks.fabric.schedule import (
 )
 from clusterhealth.checks.fabric.settings import PairwiseGroupConfig
 from clusterhealth.checks.probes import ProbeOutcome, skipped
+from clusterhealth.checks.probes.families import ProbeFamilies
 from clusterhealth.checks.probes.pipeline import Job, Pipeline
 from clusterhealth.checks.probes.store import (
     Format,
