@@ -5,27 +5,19 @@ runs). Its `members_file` is read by the agent's loader with the rest of the fil
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric.members import MembershipError, check_members
 from clusterhealth.checks.fabric.schedule import RoundTiming
-from clusterhealth.checks.probes.settings import check_expect, check_name
+from clusterhealth.checks.probes.settings import check_argv, check_expect, check_name
 from clusterhealth.checks.schema import setting
 
 GROUP_PLACEHOLDERS = ("peer", "peer_node", "address", "node", "port")
 PAIRWISE_KINDS = tuple(name for name, kind in probe_parsers.REGISTRY.items() if kind.pairwise)
 
 
-def _check_group_argv(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "the command and its arguments, e.g. [iperf3, -s, -1, -p, '{port}', -J]"
-    for argument in value:
-        for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
-            if name not in GROUP_PLACEHOLDERS:
-                return f"placeholders among {{{'}, {'.join(GROUP_PLACEHOLDERS)}}} (found {{{name}}})"
-    return None
+_check_group_argv = check_argv(GROUP_PLACEHOLDERS, "[iperf3, -s, -1, -p, '{port}', -J]")
 
 
 def _check_inline_members(value: dict[str, str]) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from apscheduler.triggers.cron import CronTrigger
@@ -49,14 +50,19 @@ def check_name(value: str) -> str | None:
     return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value) else "a name of letters, digits, _ . -"
 
 
-def _check_argv(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "the command and its arguments, e.g. [iperf3, -c, '{peer}', -J]"
-    for argument in value:
-        for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
-            if name not in PLACEHOLDERS:
-                return f"placeholders among {{{'}, {'.join(PLACEHOLDERS)}}} (found {{{name}}})"
-    return None
+def check_argv(placeholders: tuple[str, ...], example: str) -> Callable[[tuple[str, ...]], str | None]:
+    """`check=` for a command whose arguments may hold these {placeholders}; `example` shows one."""
+
+    def check(value: tuple[str, ...]) -> str | None:
+        if not value:
+            return f"the command and its arguments, e.g. {example}"
+        for argument in value:
+            for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
+                if name not in placeholders:
+                    return f"placeholders among {{{'}, {'.join(placeholders)}}} (found {{{name}}})"
+        return None
+
+    return check
 
 
 def _check_cron(value: str | None) -> str | None:
@@ -76,7 +82,9 @@ class ProbeConfig:
     name: str = setting("", doc="the probe's name: the probe label of its metrics", check=check_name)
     kind: str = setting("nccl-tests", doc="how its output is read", choices=probe_parsers.KINDS)
     argv: tuple[str, ...] = setting(
-        (), doc="the command, run without a shell; {peer}, {node} and {gpus} are filled in", check=_check_argv
+        (),
+        doc="the command, run without a shell; {peer}, {node} and {gpus} are filled in",
+        check=check_argv(PLACEHOLDERS, "[iperf3, -c, '{peer}', -J]"),
     )
     peers: tuple[str, ...] = setting((), doc="run once per peer ({peer}); empty: one node-local run")
     enabled: bool = setting(True, doc="schedule this probe")
