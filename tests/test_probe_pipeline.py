@@ -29,7 +29,7 @@ from clusterhealth.checks.probes import (
     skipped,
     template,
 )
-from clusterhealth.checks.probes.pipeline import Job, Launch, Pipeline, Played, run_once
+from clusterhealth.checks.probes.pipeline import Job, Launch, Pipeline, StepResult, run_once
 
 from .conftest import require_tool
 
@@ -129,7 +129,7 @@ def test_a_run_through_the_pipeline_learns_its_baseline_under_the_lock(
     values = {"peer": "127.0.0.1", "port": iperf3_server}
     holders: list[str | None] = []
 
-    def step(launch: Launch) -> Played:
+    def step(launch: Launch) -> StepResult:
         holders.append(ProbeLock(line.lock_path).holder())
         return run_once(30)(launch)
 
@@ -165,15 +165,15 @@ def test_a_locked_or_busy_node_is_skipped_before_the_command_is_built(tmp_path: 
         asked.append("values")
         return {"peer": "127.0.0.1"}
 
-    def step(launch: Launch) -> Played:
+    def step(launch: Launch) -> StepResult:
         asked.append("step")
-        return Played(skipped("not reached"))
+        return StepResult(skipped("not reached"))
 
     job = Job("p", "iperf3", ["true", "{peer}"], values)
     line = pipeline(tmp_path / "state")
     with ProbeLock(line.lock_path, "another-agent"):
         played = line.play(job, step)
-    assert played == Played(
+    assert played == StepResult(
         skipped(f"another probe holds {line.lock_path}: pid {os.getpid()} probe another-agent")
     )
     busy = pipeline(tmp_path / "state", ["true"]).play(job, step)
@@ -181,7 +181,7 @@ def test_a_locked_or_busy_node_is_skipped_before_the_command_is_built(tmp_path: 
     assert asked == [], "nothing asked, nothing run"
 
     unknown = line.play(Job("p", "iperf3", ["true", "{nope}"], values), step)
-    assert unknown == Played(
+    assert unknown == StepResult(
         ProbeOutcome(
             "failed", "cannot build the command: argument '{nope}': unknown placeholder {nope}; known: {peer}"
         )

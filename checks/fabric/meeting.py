@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from clusterhealth.checks.fabric.schedule import RoundTiming
 from clusterhealth.checks.probes import ProbeOutcome, RunResult, run, skipped
-from clusterhealth.checks.probes.pipeline import Launch, Played
+from clusterhealth.checks.probes.pipeline import Launch, StepResult
 
 # Sleeps until a wall-clock time; True when the agent is stopping and the meeting should end.
 WaitUntil = Callable[[float], bool]
@@ -53,7 +53,7 @@ class End:
 
 
 @dataclass(frozen=True)
-class EndResult(Played):
+class EndResult(StepResult):
     runs: int = 0  # runs that measured or failed (skipped ones aside)
 
 

@@ -98,14 +98,14 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Played:
+class StepResult:
     """What a run, or a meeting, came to."""
 
     outcome: ProbeOutcome
     command: str = ""  # the command line as run ("" when it never ran)
 
 
-Step = Callable[[Launch], Played]
+Step = Callable[[Launch], StepResult]
 
 
 class Pipeline:
@@ -151,32 +151,32 @@ class Pipeline:
             node_links,
         )
 
-    def play(self, job: Job, step: Step) -> Played:
+    def play(self, job: Job, step: Step) -> StepResult:
         """Play ``job`` through the pipeline; ``step`` launches the tool (see the module's docstring)."""
         lock = ProbeLock(self.lock_path, job.probe)
         try:
             acquired = lock.acquire()
         except OSError as err:
             # probing.state_dir without permission or space: a fault to report, not a crash.
-            return Played(ProbeOutcome("failed", f"cannot take the probe lock {self.lock_path}: {err}"))
+            return StepResult(ProbeOutcome("failed", f"cannot take the probe lock {self.lock_path}: {err}"))
         if not acquired:
-            return Played(
+            return StepResult(
                 skipped(f"another probe holds {self.lock_path}: {lock.holder() or 'unknown holder'}")
             )
         try:
             if (busy := self._busy()) is not None:
-                return Played(busy)
+                return StepResult(busy)
             try:
                 argv = template(job.argv, job.values())
             except ValueError as err:
-                return Played(ProbeOutcome("failed", f"cannot build the command: {err}"))
+                return StepResult(ProbeOutcome("failed", f"cannot build the command: {err}"))
             judge = self.judge(job)
             launch = Launch(
                 argv, probe_parsers.kind(job.kind), judge, job.env, self.max_output_bytes, self._busy
             )
-            played = step(launch)
-            judge.learn(played.outcome)
-            return played
+            result = step(launch)
+            judge.learn(result.outcome)
+            return result
         finally:
             lock.release()
 
@@ -200,13 +200,13 @@ class Pipeline:
 def run_once(timeout: float) -> Step:
     """The step of a scheduled probe: the tool once, for at most ``timeout`` seconds."""
 
-    def step(launch: Launch) -> Played:
+    def step(launch: Launch) -> StepResult:
         if (busy := launch.ready()) is not None:
-            return Played(busy)
+            return StepResult(busy)
         result = run(launch.argv, timeout=timeout, env=launch.env, max_output_bytes=launch.max_output_bytes)
         if result.cancelled:
-            return Played(skipped("the agent stopped during the run"), result.command)
+            return StepResult(skipped("the agent stopped during the run"), result.command)
         parsed = launch.kind.parse(result.output) if result.error is None else None
-        return Played(launch.judge(result, parsed), result.command)
+        return StepResult(launch.judge(result, parsed), result.command)
 
     return step
