@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric.members import MembershipError, check_members
 from clusterhealth.checks.fabric.schedule import RoundTiming
-from clusterhealth.checks.probes.settings import check_argv, check_expect, check_name
+from clusterhealth.checks.probes.settings import (
+    check_argv,
+    check_expect,
+    check_name,
+    degraded_fraction_setting,
+)
 from clusterhealth.checks.schema import setting
 
 GROUP_PLACEHOLDERS = ("peer", "peer_node", "address", "node", "port")
@@ -89,12 +94,7 @@ class PairwiseGroupConfig:
         "with any partner of the group",
         check=check_expect,
     )
-    degraded_fraction: float | None = setting(
-        None,
-        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
-        min=0.01,
-        max=1,
-    )
+    degraded_fraction: float | None = degraded_fraction_setting()
     env: dict[str, str] = setting(default_factory=dict, doc="environment variables added for both ends")
 
     def timing(self) -> RoundTiming:

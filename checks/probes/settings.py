@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from apscheduler.triggers.cron import CronTrigger
 
@@ -65,6 +66,16 @@ def check_argv(placeholders: tuple[str, ...], example: str) -> Callable[[tuple[s
     return check
 
 
+def degraded_fraction_setting() -> Any:
+    """The `degraded_fraction` of a probe or of a pairwise group: its own threshold, if it has one."""
+    return setting(
+        None,
+        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
+        min=0.01,
+        max=1,
+    )
+
+
 def _check_cron(value: str | None) -> str | None:
     if value is None:
         return None
@@ -111,12 +122,7 @@ class ProbeConfig:
         doc="expected bandwidth ('460 GB/s', '400 Gb/s'), or learn: the median of the last good runs",
         check=check_expect,
     )
-    degraded_fraction: float | None = setting(
-        None,
-        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
-        min=0.01,
-        max=1,
-    )
+    degraded_fraction: float | None = degraded_fraction_setting()
 
 
 @dataclass(frozen=True)
