@@ -15,6 +15,7 @@ from clusterhealth.agent import config as configuration
 from clusterhealth.agent import log as logsetup
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
+from clusterhealth.checks.probes.settings import parse_bandwidth
 from clusterhealth.checks.schema import check_pattern
 
 EXIT_CONFIG = 2
@@ -354,7 +355,8 @@ PROBE_EXIT = {"ok": 0, "degraded": 1, "failed": 2, "timeout": 2, "skipped": 3}
 
 def _probe_run(args: argparse.Namespace) -> int:
     from clusterhealth.agent.collectors import collect_once, node_links
-    from clusterhealth.agent.probing import ProbeRunner, ProbeService
+    from clusterhealth.checks.probes.collector import ProbeRunner, ProbeService
+    from clusterhealth.checks.probes.pipeline import Pipeline
 
     config, _ = load_config(args)
     logsetup.set_level(config.log_level)
@@ -375,12 +377,8 @@ def _probe_run(args: argparse.Namespace) -> int:
     try:
         session = node.session if config.collectors.gpu.enabled else None
         # Through the service, so that the result is kept for `scrape` and the agent too.
-        runner = ProbeRunner(
-            config.probing,
-            session,
-            node_name=configuration.node_name(config),
-            node_links=node_links(config, node),
-        )
+        pipeline = Pipeline.of(config.probing, session, node_links(config, node))
+        runner = ProbeRunner(pipeline, session, configuration.node_name(config))
         runs = ProbeService(config.probing, config.probes, runner).run_probe(probe)
     finally:
         node.close()
@@ -493,7 +491,7 @@ def _model(args: argparse.Namespace) -> int:
 
     bandwidth = None
     if args.bandwidth is not None:
-        bandwidth = configuration.parse_bandwidth(args.bandwidth)
+        bandwidth = parse_bandwidth(args.bandwidth)
         if not bandwidth:
             return usage(f"--bandwidth: expected a rate such as 400Gbit/s or 50GB/s, got {args.bandwidth!r}")
     elif args.prometheus is None:
@@ -543,7 +541,7 @@ def _probe_parse(args: argparse.Namespace) -> int:
 
     expected = None
     if args.expect is not None:
-        expected = configuration.parse_bandwidth(args.expect)
+        expected = parse_bandwidth(args.expect)
         if expected is None or expected <= 0:
             problem = f"expected a rate such as '400 Gb/s', got {args.expect!r}"
             print(f"clusterhealth: --expect: {problem}", file=sys.stderr)

@@ -18,11 +18,12 @@ from typing import Literal, get_type_hints
 
 from clusterhealth.agent.config import CollectorSettings, Config, node_name
 from clusterhealth.agent.node import Node
-from clusterhealth.agent.pairwise import GroupRounds
-from clusterhealth.agent.probing import ProbeRunner, ProbeService
 from clusterhealth.agent.sampling import Sampler
 from clusterhealth.checks.audit_collector import AuditCollector
+from clusterhealth.checks.fabric.rounds import GroupRounds
 from clusterhealth.checks.kernel_watch import KernelLogCollector
+from clusterhealth.checks.probes.collector import ProbeRunner, ProbeService
+from clusterhealth.checks.probes.pipeline import Pipeline
 from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
 from clusterhealth.exporters.base import Collector, FamilySelection
 from clusterhealth.exporters.gpu import GpuCollector
@@ -135,12 +136,11 @@ def node_links(config: Config, node: Node) -> Callable[[], NodeLinks]:
 def _probes(config: Config, node: Node) -> ProbeService:
     session = node.session if config.collectors.gpu.enabled else None
     name = node_name(config)
-    runner = ProbeRunner(config.probing, session, node_name=name, node_links=node_links(config, node))
-    # Pairwise groups share the probes' families, lock, idle guard and baselines: one collector
-    # exports both, since an exposition holds each family once.
-    state_dir = Path(config.probing.state_dir)
-    groups = [GroupRounds(g, name, runner, state_dir) for g in config.pairwise_groups if g.enabled]
-    return ProbeService(config.probing, config.probes, runner, groups)
+    pipeline = Pipeline.of(config.probing, session, node_links(config, node))
+    # Pairwise groups share the probes' pipeline (lock, idle guard, baselines) and families: one
+    # collector exports both, since an exposition holds each family once.
+    groups = [GroupRounds(g, name, pipeline) for g in config.pairwise_groups if g.enabled]
+    return ProbeService(config.probing, config.probes, ProbeRunner(pipeline, session, name), groups)
 
 
 COLLECTORS: tuple[Entry, ...] = (

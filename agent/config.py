@@ -1,20 +1,20 @@
 """The configuration file: one YAML document, validated once into the frozen dataclasses below.
 
 This module declares the keys, each with `setting()` (checks/schema.py): its default, its `doc`
-(also what docs/configuration.md is made from) and its bounds; the audit policy's keys are
-declared the same way in checks/policy.py. `load` reads the file with agent/yamlfile.py's
-hardened YAML reader and builds a `Config` with agent/settings.py's validator: an unknown key, a
-wrong type or an out-of-range value raises `ConfigError` naming the file, the key path and what was
-expected; the command line turns that into exit code 2.
+(also what docs/configuration.md is made from) and its bounds. The sections that belong to a part
+of checks/ are declared the same way beside it: the audit policy in checks/policy.py, the probes'
+in checks/probes/settings.py, the pairwise groups' in checks/fabric/settings.py. `load` reads
+the file with agent/yamlfile.py's hardened YAML reader and builds a `Config` with
+agent/settings.py's validator: an unknown key, a wrong type or an out-of-range value raises
+`ConfigError` naming the file, the key path and what was expected; the command line turns that
+into exit code 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from apscheduler.triggers.cron import CronTrigger
 
 from clusterhealth.agent.settings import ConfigError, from_mapping, reference, to_mapping
 from clusterhealth.agent.yamlfile import read_yaml
-from clusterhealth.checks import probe_parsers
-from clusterhealth.checks.fabric.members import MembershipError, check_members, parse_members
-from clusterhealth.checks.fabric.schedule import RoundTiming, check_node_name
+from clusterhealth.checks.fabric.members import MembershipError, parse_members
+from clusterhealth.checks.fabric.schedule import check_node_name
+from clusterhealth.checks.fabric.settings import PairwiseGroupConfig, check_groups
 from clusterhealth.checks.policy import Policy
+from clusterhealth.checks.probes.settings import ProbeConfig, ProbingConfig, check_probes
 from clusterhealth.checks.schema import setting
 from clusterhealth.exporters.gpu import CLOCK_EVENT_COUNTERS_DEFAULT, CLOCK_EVENT_REASONS_DEFAULT
 from clusterhealth.exporters.rdma import ERROR_COUNTERS_DEFAULT, HW_COUNTERS_DEFAULT
@@ -283,260 +283,6 @@ class JobsConfig(
     )
 
 
-_BANDWIDTH = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT](?:B/s|b/s|bit/s))\s*")
-_BANDWIDTH_FACTORS = {
-    "TB/s": 1e12,
-    "GB/s": 1e9,
-    "MB/s": 1e6,
-    "Tb/s": 1e12 / 8,
-    "Gb/s": 1e9 / 8,
-    "Mb/s": 1e6 / 8,
-    "Tbit/s": 1e12 / 8,
-    "Gbit/s": 1e9 / 8,
-    "Mbit/s": 1e6 / 8,
-}
-PLACEHOLDERS = ("peer", "node", "gpus")
-
-
-def parse_bandwidth(text: str) -> float | None:
-    """`460 GB/s` (bytes, as nccl-tests prints) or `400 Gb/s` / `400Gbit/s` (bits) -> bytes per second."""
-    m = _BANDWIDTH.fullmatch(text)
-    if not m:
-        return None
-    value = float(m.group(1)) * _BANDWIDTH_FACTORS[m.group(2)]
-    return value if math.isfinite(value) else None  # 400 digits read as a float are inf
-
-
-def _check_expect(value: str) -> str | None:
-    if value == "learn" or parse_bandwidth(value):
-        return None
-    return "learn, or a bandwidth such as '460 GB/s' (bytes, as nccl-tests prints) or '400 Gb/s' (bits)"
-
-
-def _check_name(value: str) -> str | None:
-    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value) else "a name of letters, digits, _ . -"
-
-
-def _check_argv(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "the command and its arguments, e.g. [iperf3, -c, '{peer}', -J]"
-    for argument in value:
-        for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
-            if name not in PLACEHOLDERS:
-                return f"placeholders among {{{'}, {'.join(PLACEHOLDERS)}}} (found {{{name}}})"
-    return None
-
-
-def _check_cron(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        if len(value.split()) != 5:
-            raise ValueError("not five fields")
-        CronTrigger.from_crontab(value)
-    except ValueError as err:
-        return f"a crontab expression of five fields, e.g. '0 */6 * * *' ({err})"
-    return None
-
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    name: str = setting("", doc="the probe's name: the probe label of its metrics", check=_check_name)
-    kind: str = setting("nccl-tests", doc="how its output is read", choices=probe_parsers.KINDS)
-    argv: tuple[str, ...] = setting(
-        (), doc="the command, run without a shell; {peer}, {node} and {gpus} are filled in", check=_check_argv
-    )
-    peers: tuple[str, ...] = setting((), doc="run once per peer ({peer}); empty: one node-local run")
-    enabled: bool = setting(True, doc="schedule this probe")
-    interval_seconds: float = setting(
-        3600.0, doc="run every this many seconds (unless cron is set)", min=1, max=31 * 86400
-    )
-    cron: str | None = setting(
-        None, doc="or run on this crontab schedule, e.g. '0 */6 * * *'", check=_check_cron
-    )
-    jitter_seconds: float = setting(
-        60.0,
-        doc="random delay added to each run, so that nodes do not probe the fabric at once",
-        min=0,
-        max=86400,
-    )
-    timeout_seconds: float = setting(
-        600.0, doc="the probe's process group is killed after this long", min=1, max=86400
-    )
-    env: dict[str, str] = setting(
-        default_factory=dict, doc="environment variables added for the run (NCCL_*, ...)"
-    )
-    expect: str = setting(
-        "learn",
-        doc="expected bandwidth ('460 GB/s', '400 Gb/s'), or learn: the median of the last good runs",
-        check=_check_expect,
-    )
-    degraded_fraction: float | None = setting(
-        None,
-        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
-        min=0.01,
-        max=1,
-    )
-
-
-GROUP_PLACEHOLDERS = ("peer", "peer_node", "address", "node", "port")
-PAIRWISE_KINDS = tuple(name for name, kind in probe_parsers.REGISTRY.items() if kind.pairwise)
-
-
-def _check_group_argv(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return "the command and its arguments, e.g. [iperf3, -s, -1, -p, '{port}', -J]"
-    for argument in value:
-        for name in re.findall(r"(?<!\{)\{([^{}]*)\}", argument):
-            if name not in GROUP_PLACEHOLDERS:
-                return f"placeholders among {{{'}, {'.join(GROUP_PLACEHOLDERS)}}} (found {{{name}}})"
-    return None
-
-
-def _check_inline_members(value: dict[str, str]) -> str | None:
-    try:
-        check_members(value)
-    except MembershipError as err:
-        return f"a mapping of node name to probe address ({err})"
-    return None
-
-
-@dataclass(frozen=True)
-class PairwiseGroupConfig:
-    name: str = setting(
-        "",
-        doc="the group's name: the probe label of its results, and the seed of its pairings",
-        check=_check_name,
-    )
-    kind: str = setting(
-        "iperf3",
-        doc="how its output is read (kinds that run as a server and a client)",
-        choices=PAIRWISE_KINDS,
-    )
-    enabled: bool = setting(True, doc="take part in this group's rounds")
-    members: dict[str, str] = setting(
-        default_factory=dict,
-        doc="node name -> the address its probe server listens on (or members_file)",
-        check=_check_inline_members,
-    )
-    members_file: str | None = setting(
-        None,
-        doc="a YAML file of 'node name: address' lines, read at start and on SIGHUP (instead of members)",
-    )
-    period_seconds: float = setting(
-        900.0, doc="a round's length: each node meets one partner per round", min=10, max=86400
-    )
-    port: int = setting(
-        5201, doc="the port the server end listens on for the regular meeting", min=1, max=65535
-    )
-    confirm_port: int = setting(
-        5202,
-        doc="the port of the confirming meeting (mid-round), apart from the regular one",
-        min=1,
-        max=65535,
-    )
-    server_argv: tuple[str, ...] = setting(
-        (),
-        doc="the server end's command, serving one test and exiting; {port}, {address} (this node's), "
-        "{node}, {peer} (the partner's address) and {peer_node} are filled in",
-        check=_check_group_argv,
-    )
-    client_argv: tuple[str, ...] = setting(
-        (),
-        doc="the client end's command, run against the partner's server; same placeholders",
-        check=_check_group_argv,
-    )
-    timeout_seconds: float = setting(
-        30.0, doc="the longest one run may take (the tool's duration and its set-up)", min=1, max=3600
-    )
-    confirm_runs: int = setting(3, doc="runs of a confirming meeting (its best one counts)", min=1, max=10)
-    skew_seconds: float = setting(
-        5.0, doc="clock difference between any two members that rounds tolerate", min=0, max=300
-    )
-    startup_seconds: float = setting(
-        2.0, doc="time for the idle guard, the lock and the server process to start", min=0.1, max=60
-    )
-    expect: str = setting(
-        "learn",
-        doc="expected bandwidth ('400 Gb/s'), or learn: the median of this node's last good meetings "
-        "with any partner of the group",
-        check=_check_expect,
-    )
-    degraded_fraction: float | None = setting(
-        None,
-        doc="degraded below this fraction of expected (default probing.degraded_fraction)",
-        min=0.01,
-        max=1,
-    )
-    env: dict[str, str] = setting(default_factory=dict, doc="environment variables added for both ends")
-
-    def timing(self) -> RoundTiming:
-        return RoundTiming(
-            self.period_seconds,
-            self.timeout_seconds,
-            skew=self.skew_seconds,
-            startup=self.startup_seconds,
-            confirm_runs=self.confirm_runs,
-        )
-
-
-def _check_groups(groups: tuple[PairwiseGroupConfig, ...]) -> str | None:
-    names = [g.name for g in groups]
-    for i, group in enumerate(groups):
-        where = f"pairwise_groups[{i}]" + (f", {group.name}," if group.name else "")
-        if not group.name:
-            return f"a name for every group ({where} has none)"
-        if not group.server_argv or not group.client_argv:
-            return f"a server_argv and a client_argv for every group ({where} lacks one)"
-        if group.port == group.confirm_port:
-            return f"port and confirm_port to differ ({where} has {group.port} for both)"
-        if group.members and group.members_file is not None:
-            return f"members or members_file, not both ({where} has both)"
-        if (problem := group.timing().problem()) is not None:
-            return f"{problem} ({where} has period_seconds {group.period_seconds:g})"
-        if group.name in names[:i]:
-            # Two groups of one name would export one probe label and share one state file.
-            first = names.index(group.name)
-            return f"group names to be unique (pairwise_groups[{first}] and [{i}] are both {group.name})"
-    return None
-
-
-@dataclass(frozen=True)
-class ProbingConfig:
-    state_dir: str = setting(
-        "/var/lib/clusterhealth", doc="where learned baselines and the probe lock file are kept"
-    )
-    degraded_fraction: float = setting(
-        0.8, doc="a run below this fraction of the expected bandwidth is degraded", min=0.01, max=1
-    )
-    baseline_window: int = setting(
-        10, doc="a learned baseline is the median of this many last good runs", min=1, max=1000
-    )
-    baseline_min_runs: int = setting(
-        3, doc="good runs needed before a learned baseline is used", min=1, max=1000
-    )
-    check_gpus_idle: bool = setting(True, doc="skip a run while any GPU has compute processes (NVML)")
-    busy_command: tuple[str, ...] = setting(
-        (), doc="a command that exits 0 while the node is busy (e.g. a Slurm allocation), 1 when idle"
-    )
-    busy_command_timeout_seconds: float = setting(10.0, doc="time limit of busy_command", min=0.1, max=600)
-    max_output_bytes: int = setting(
-        1 << 20, doc="output kept per stream (its head and tail)", min=4096, max=1 << 30
-    )
-
-
-def _check_probes(probes: tuple[ProbeConfig, ...]) -> str | None:
-    names = [p.name for p in probes]
-    for i, probe in enumerate(probes):
-        if not probe.name:
-            return f"a name for every probe (probes[{i}] has none)"
-        if not probe.argv:
-            return f"an argv for every probe (probes[{i}], {probe.name}, has none)"
-    if len(set(names)) != len(names):
-        return "probe names to be unique"
-    return None
-
-
 @dataclass(frozen=True)
 class CollectorsConfig:
     gpu: GpuConfig = setting(default_factory=GpuConfig, doc="the NVML GPU exporter")
@@ -578,12 +324,12 @@ class Config:
     probes: tuple[ProbeConfig, ...] = setting(
         (),
         doc="fabric probes run on a schedule when the node is idle (see the sample config)",
-        check=_check_probes,
+        check=check_probes,
     )
     pairwise_groups: tuple[PairwiseGroupConfig, ...] = setting(
         (),
         doc="groups of nodes that measure each other in rotating pairs (docs/fabric.md)",
-        check=_check_groups,
+        check=check_groups,
     )
 
 

@@ -6,8 +6,9 @@ from a parsed YAML mapping, checking every key and value against those declarati
 key, a wrong type or an out-of-range value raises `ConfigError` naming the file, the key path and
 what was expected, which the command line turns into exit code 2. `reference` documents every key
 from `doc`, `to_mapping` gives the plain data back (--print-config). The agent's config file
-(agent/config.py, with the audit policy of checks/policy.py) and the web config file
-(agent/webconfig.py) are read this way, from YAML read by agent/yamlfile.py.
+(agent/config.py, with the sections checks/ declares: checks/policy.py, checks/probes/settings.py,
+checks/fabric/settings.py) and the web config file (agent/webconfig.py) are read this way, from
+YAML read by agent/yamlfile.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """How settings are declared: `setting()`, a dataclass field carrying its documentation and bounds.
 
 Every settings file declares its keys this way and no other: the agent's config file
-(agent/config.py), the audit policy (checks/policy.py, here in checks/, apart from the agent) and
-the web config file (agent/webconfig.py). The agent's loader (agent/settings.py) validates every
-field from this metadata and its reference generator documents every key from `doc`.
+(agent/config.py), with its sections that live in checks/, apart from the agent (the audit policy,
+checks/policy.py; the probes, checks/probes/settings.py; the pairwise groups,
+checks/fabric/settings.py), and the web config file (agent/webconfig.py). The agent's loader
+(agent/settings.py) validates every field from this metadata and its reference generator documents
+every key from `doc`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import yaml
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.agent import settings
+from clusterhealth.checks.probes.settings import ProbeConfig
 
 from .conftest import AgentProcess, run_cli, scenario, value
 
@@ -279,7 +280,7 @@ def _float_settings(cls: type, path: str = "") -> Iterator[tuple[str, dict[str, 
             for inner, data in _float_settings(hint, key):  # type: ignore[arg-type]
                 yield inner, {f.name: data}
         elif get_origin(hint) is tuple and dataclasses.is_dataclass(args[0]):
-            required = {"name": "p", "argv": ["x"]} if args[0] is configuration.ProbeConfig else {}
+            required = {"name": "p", "argv": ["x"]} if args[0] is ProbeConfig else {}
             for inner, data in _float_settings(args[0], f"{key}[0]"):
                 yield inner, {f.name: [{**required, **data}]}
         elif hint is float:

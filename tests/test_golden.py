@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from clusterhealth.agent.demo import kmsg_record
-from clusterhealth.agent.pairwise import GroupState, GroupStore, SlotResult, state_path
+from clusterhealth.checks.fabric.rounds import GroupState, SlotResult, group_store
 from clusterhealth.checks.fabric.schedule import round_at
 from clusterhealth.checks.probes import ProbeOutcome
 from clusterhealth.exporters.sim import procfs as sim_procfs
@@ -193,7 +193,7 @@ def _record_a_meeting(state_dir: Path) -> None:
         state.runs["ok"] += 1
         state.last = state.last_any = state.current = result
 
-    GroupStore(state_path(state_dir, "fabric")).update(change)
+    group_store(state_dir, "fabric").update(change)
 
 
 # The series the golden file leaves out (they change from run to run).

@@ -108,6 +108,18 @@ def test_no_module_imports_itself_through_others() -> None:
     assert {"clusterhealth.checks.audits", "clusterhealth.checks.policy"} <= set(circle)
 
 
+def test_exporters_and_checks_never_import_the_agent() -> None:
+    # agent/ wires the others and is the only package that knows them all (docs/adding-a-collector.md):
+    # a collector, a probe or a setting that reached back into it would tie the floors together.
+    graph = import_graph()
+    below = [m for m in graph if m.startswith(("clusterhealth.exporters", "clusterhealth.checks"))]
+    assert "clusterhealth.checks.probes.collector" in below and "clusterhealth.checks.fabric.rounds" in below
+    reaching = {
+        m: sorted(t for t in graph[m] if t.split(".")[:2] == ["clusterhealth", "agent"]) for m in below
+    }
+    assert {m: targets for m, targets in reaching.items() if targets} == {}
+
+
 # Runs commands through the CLI's main() in one fresh interpreter and records, after each, its exit
 # code, whether it printed RDMA series, and which simulator modules are loaded; the simulated
 # scrape comes last, as the control.

@@ -26,12 +26,13 @@ import pytest
 import yaml
 
 from clusterhealth.agent import config as configuration
-from clusterhealth.agent.pairwise import GroupRounds, GroupStore, state_path
-from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
 from clusterhealth.checks.fabric import meeting
+from clusterhealth.checks.fabric.rounds import GroupRounds, group_store
 from clusterhealth.checks.fabric.schedule import RoundTiming, round_at
 from clusterhealth.checks.probe_parsers import iperf3 as iperf3_kind
 from clusterhealth.checks.probes import ProbeLock, ProbeOutcome
+from clusterhealth.checks.probes.families import ProbeFamilies
+from clusterhealth.checks.probes.pipeline import Judge, Launch, Pipeline
 
 from .conftest import CLUSTERHEALTH, AgentProcess, require_tool, run_cli, samples, value
 
@@ -143,10 +144,9 @@ class Fleet:
     def start_in_process(self, node: str, spec: dict[str, Any], offset: float) -> None:
         """The group's rounds in this process, on a clock ``offset`` seconds from the wall clock."""
         config = configuration.load(node_config(self.tmp, node, [spec]))
-        runner = ProbeRunner(config.probing, None, node_name=node)
-        state_dir = Path(config.probing.state_dir)
+        pipeline = Pipeline.of(config.probing, None)
         clock = lambda: time.time() + offset  # noqa: E731
-        self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, runner, state_dir, clock=clock)
+        self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, pipeline, clock=clock)
         self.rounds[node].start()
 
     def start_isolated(self, spec: dict[str, Any]) -> None:
@@ -284,19 +284,13 @@ def test_a_round_counts_against_the_probe_lock(fleet: Fleet) -> None:
 # --- faults seen by one end --------------------------------------------------------------------
 
 
-def _serve_in_thread(end: meeting.End, expected_address: str) -> tuple[threading.Thread, list[Any]]:
-    from clusterhealth.agent.pairwise import _same_host
-
+def _serve_in_thread(argv: list[str], expected_address: str) -> tuple[threading.Thread, list[Any]]:
+    timing = RoundTiming(period=30, run_seconds=5, skew=0.5, startup=0.5)
+    end = meeting.End(time.time(), timing, 1, False, "h32", expected_address)
+    # Judged against no expectation: a run that measured is ok.
+    launch = Launch(argv, iperf3_kind.KIND, Judge("iperf3", 0.8))
     out: list[Any] = []
-
-    def judge(result: Any, parse: Any) -> ProbeOutcome:
-        return ProbeOutcome("ok", "measured", parse.bandwidth_bytes_per_second)
-
-    thread = threading.Thread(
-        target=lambda: out.append(
-            meeting.serve(end, judge, lambda r: _same_host(r, expected_address), time.time)
-        )
-    )
+    thread = threading.Thread(target=lambda: out.append(meeting.serve(end, launch, time.time)))
     thread.start()
     return thread, out
 
@@ -304,10 +298,8 @@ def _serve_in_thread(end: meeting.End, expected_address: str) -> tuple[threading
 def test_a_server_that_serves_another_node_than_its_partner_records_skipped() -> None:
     # The members' lists disagree: 127.0.0.33 believes it meets this server, which expects .32.
     port = free_port()
-    timing = RoundTiming(period=30, run_seconds=5, skew=0.5, startup=0.5)
     argv = [iperf3(), "-s", "-1", "-B", "127.0.0.31", "-p", str(port), "-J"]
-    end = meeting.End(argv, iperf3_kind.KIND, time.time(), timing, 1, False, "h32")
-    thread, out = _serve_in_thread(end, "127.0.0.32")
+    thread, out = _serve_in_thread(argv, "127.0.0.32")
     time.sleep(0.5)
     client = [iperf3(), "-c", "127.0.0.31", "-B", "127.0.0.33", "-p", str(port), "-t", "1", "-b", RATE, "-J"]
     subprocess.run(client, capture_output=True, check=False, timeout=30)
@@ -319,8 +311,7 @@ def test_a_server_that_serves_another_node_than_its_partner_records_skipped() ->
     # The expected partner is measured.
     port = free_port()
     argv = [iperf3(), "-s", "-1", "-B", "127.0.0.31", "-p", str(port), "-J"]
-    end = meeting.End(argv, iperf3_kind.KIND, time.time(), timing, 1, False, "h32")
-    thread, out = _serve_in_thread(end, "127.0.0.32")
+    thread, out = _serve_in_thread(argv, "127.0.0.32")
     time.sleep(0.5)
     client = [iperf3(), "-c", "127.0.0.31", "-B", "127.0.0.32", "-p", str(port), "-t", "1", "-b", RATE, "-J"]
     subprocess.run(client, capture_output=True, check=False, timeout=30)
@@ -494,12 +485,12 @@ def test_a_bad_members_file_exits_2_naming_the_file_and_its_line(tmp_path: Path)
 def test_scrape_exports_the_current_rounds_result_only(tmp_path: Path) -> None:
     # What the agent recorded for this round shows in `scrape`; a result of an earlier round does
     # not (the round number moved on, the partner's series is gone), but the round number does.
-    from clusterhealth.agent.pairwise import SlotResult
+    from clusterhealth.checks.fabric.rounds import SlotResult
 
     spec = group("fabric", {"a": "10.0.0.1", "b": "10.0.0.2"}, period_seconds=3600)
     config_path = node_config(tmp_path, "a", [spec])
     config = configuration.load(config_path)
-    store = GroupStore(state_path(Path(config.probing.state_dir), "fabric"))
+    store = group_store(Path(config.probing.state_dir), "fabric")
     now = round_at(time.time(), 3600)
     outcome = ProbeOutcome("degraded", "slow", 1e8, 2.5e7 * 8)
 

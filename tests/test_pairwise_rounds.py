@@ -1,6 +1,6 @@
 """The agent's own pairwise rounds, in process: GroupRounds playing real iperf3 over loopback.
 
-Two nodes' GroupRounds (agent/pairwise.py) play each slot side by side on threads, with the real
+Two nodes' GroupRounds (checks/fabric/rounds.py) play each slot side by side on threads, with the real
 probe runner, lock, idle guard and iperf3, as the agent's group thread would; only their clock is
 the test's (a constructor argument), so that a slot of any round starts when the test says and
 three slots take seconds, not rounds. What each end records and what it exports are read the way
@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from clusterhealth.agent import config as configuration
-from clusterhealth.agent.pairwise import GroupRounds, SlotResult
-from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
+from clusterhealth.checks.fabric.rounds import GroupRounds, SlotResult
 from clusterhealth.checks.fabric.schedule import Schedule, round_at
+from clusterhealth.checks.probes.families import ProbeFamilies
+from clusterhealth.checks.probes.pipeline import Pipeline
 
 from .test_pairwise_agent import group, iperf3, node_config
 
@@ -80,9 +81,8 @@ class Pair:
         for node in ("a", "b"):
             extra = settings.get(node, {})
             config = configuration.load(node_config(tmp, f"{name}-{node}", [spec], **extra))
-            runner = ProbeRunner(config.probing, None, node_name=node)
-            state = Path(config.probing.state_dir)
-            self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, runner, state, clock=self.clock)
+            pipeline = Pipeline.of(config.probing, None)
+            self.rounds[node] = GroupRounds(config.pairwise_groups[0], node, pipeline, clock=self.clock)
         self.name = name
 
     def rates(self, node: str, *mbit: int) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterhealth.agent.config import ProbeConfig
 from clusterhealth.checks.probe_parsers import KINDS, REGISTRY, headline_help, parse, wrong_values_help
+from clusterhealth.checks.probes.settings import ProbeConfig
 
 from .conftest import run_cli
 

@@ -17,6 +17,7 @@ import yaml
 
 from clusterhealth.agent import config as configuration
 from clusterhealth.checks.probes import ProbeLock
+from clusterhealth.checks.probes.settings import parse_bandwidth
 
 from .conftest import ROOT, AgentProcess, require_tool, run_cli, scenario, value
 
@@ -242,4 +243,4 @@ def test_sample_config_is_valid_and_its_commands_fill_in(tmp_path: Path) -> None
     assert kinds == {"nccl-tests", "ib_write_bw", "iperf3", "nvbandwidth"}
     ib = next(p for p in config.probes if p.name == "ib-write-bw-loopback")
     assert len(ib.peers) == 8
-    assert configuration.parse_bandwidth(ib.expect) == 48.75e9  # 390 Gb/s
+    assert parse_bandwidth(ib.expect) == 48.75e9  # 390 Gb/s

@@ -1,9 +1,10 @@
-"""Pairwise probe groups in the agent: each group's rounds on this node, what they keep, what they export.
+"""Pairwise probe groups: each group's rounds on this node, what they keep, what they export.
 
 A group's agents measure each other in rotating pairs with no coordinator (docs/fabric.md). On
 each node, one thread per group wakes at each slot of each round on the wall clock, asks the
 schedule (checks/fabric/schedule.py) whom it meets and in which role, and plays its end
-(checks/fabric/meeting.py) under the node's probe lock and idle guard, like every probe:
+(checks/fabric/meeting.py) through the probe pipeline (checks/probes/pipeline.py: the node's probe
+lock, the idle guard, the expectation and the baseline), like every probe:
 
 * the **regular slot** at the round's start (round = Unix time // period, from the slot's
   scheduled time, never from when the thread woke);
@@ -26,22 +27,14 @@ size of the group.
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
-import json
 import logging
-import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterhealth.agent.config import PairwiseGroupConfig, parse_bandwidth
-from clusterhealth.agent.probing import ProbeFamilies, ProbeRunner
-from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric import meeting
 from clusterhealth.checks.fabric.schedule import (
     CONFIRM_ATTEMPTS,
@@ -52,24 +45,23 @@ from clusterhealth.checks.fabric.schedule import (
     regular,
     round_at,
 )
-from clusterhealth.checks.probe_parsers import ProbeParse
-from clusterhealth.checks.probes import (
-    RESULTS,
-    ProbeLock,
-    ProbeOutcome,
-    RunResult,
-    evaluate,
-    skipped,
-    statefile,
-    template,
+from clusterhealth.checks.fabric.settings import PairwiseGroupConfig
+from clusterhealth.checks.probes import ProbeOutcome, skipped
+from clusterhealth.checks.probes.families import ProbeFamilies
+from clusterhealth.checks.probes.pipeline import Job, Pipeline
+from clusterhealth.checks.probes.store import (
+    Format,
+    Runs,
+    StateStore,
+    decode_counts,
+    decode_record,
+    encode_record,
+    encode_runs,
 )
 
 log = logging.getLogger("clusterhealth.pairwise")
 
 FORMAT_VERSION = 1
-# The old and the new rounds of a group may overlap for a slot after a reload (the old one ends
-# the meeting it is in): their writes of the group's state file are read-modify-write under this.
-_WRITING = threading.Lock()
 
 
 def state_path(state_dir: Path, group: str) -> Path:
@@ -90,10 +82,7 @@ class SlotResult:
 
 
 @dataclass
-class GroupState:
-    runs: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(RESULTS, 0)))
-    last: SlotResult | None = None  # the last slot that was not skipped
-    last_any: SlotResult | None = None
+class GroupState(Runs[SlotResult]):
     # The latest slot of the latest round played: a confirming meeting's result replaces the
     # regular one; a skipped confirming slot leaves the regular result in place.
     current: SlotResult | None = None
@@ -101,47 +90,9 @@ class GroupState:
     confirms: dict[int, Played] = field(default_factory=dict)  # confirming slots, by round
 
 
-class GroupStore:
-    """A group's state in ``probing.state_dir``, written atomically and re-read when it changed."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._state = GroupState()
-        self._signature: statefile.Signature | None = None
-        self.problem: str | None = None
-
-    def read(self) -> GroupState:
-        """A copy of the state, as the file holds it now."""
-        with _WRITING:
-            self._refresh()
-            s = self._state
-            return GroupState(
-                Counter(s.runs), s.last, s.last_any, s.current, dict(s.history), dict(s.confirms)
-            )
-
-    def update(self, change: Callable[[GroupState], None]) -> None:
-        with _WRITING:
-            self._refresh()
-            change(self._state)
-            try:
-                self._signature = statefile.write_json(self.path, _encode(self._state))
-            except OSError as err:
-                self.problem = (
-                    f"cannot save pairwise results to {self.path}: {err}; they are kept in memory only"
-                )
-            else:
-                self.problem = None
-
-    def _refresh(self) -> None:
-        try:
-            current = statefile.signature(self.path)
-            if current is None or current == self._signature:
-                return
-            state = _decode(json.loads(self.path.read_bytes()))
-        except (OSError, ValueError) as err:
-            self.problem = f"cannot read pairwise results from {self.path}: {err}"
-            return
-        self._state, self._signature = state, current
+def group_store(state_dir: Path, group: str) -> StateStore[GroupState]:
+    """A group's state in ``probing.state_dir``."""
+    return StateStore(state_path(state_dir, group), GROUP_FORMAT)
 
 
 class GroupRounds:
@@ -151,15 +102,13 @@ class GroupRounds:
         self,
         group: PairwiseGroupConfig,
         node: str,
-        runner: ProbeRunner,
-        state_dir: Path,
+        pipeline: Pipeline,
         clock: Callable[[], float] = time.time,
     ):
-        self.group, self.node, self.runner, self.clock = group, node, runner, clock
+        self.group, self.node, self.pipeline, self.clock = group, node, pipeline, clock
         self.schedule = Schedule(group.members, group.name)
         self.timing = group.timing()
-        self.kind = probe_parsers.kind(group.kind)
-        self.store = GroupStore(state_path(state_dir, group.name))
+        self.store = group_store(pipeline.state_dir, group.name)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -262,76 +211,34 @@ class GroupRounds:
 
     def _meet(self, plan: Assignment, port: int, runs: int, start: float) -> SlotResult:
         assert plan.partner is not None and plan.role is not None
+        partner, members = plan.partner, self.group.members
         started_at, began = self.clock(), time.monotonic()
-
-        def done(outcome: ProbeOutcome, command: str = "") -> SlotResult:
-            duration = time.monotonic() - began
-            return SlotResult(
-                plan.round, plan.confirming, plan.partner or "", outcome, started_at, duration, command
-            )
-
-        lock = ProbeLock(self.runner.lock_path, self.group.name)
-        try:
-            acquired = lock.acquire()
-        except OSError as err:
-            return done(ProbeOutcome("failed", f"cannot take the probe lock {self.runner.lock_path}: {err}"))
-        if not acquired:
-            holder = lock.holder() or "unknown holder"
-            return done(skipped(f"another probe holds {self.runner.lock_path}: {holder}"))
-        try:
-            busy = self.runner.idle.check()
-            if busy is not None:
-                return done(skipped(busy))
-            members = self.group.members
-            values = {
-                "peer": members[plan.partner],
-                "peer_node": plan.partner,
+        job = Job(
+            self.group.name,
+            self.group.kind,
+            self.group.server_argv if plan.role == "server" else self.group.client_argv,
+            lambda: {
+                "peer": members[partner],
+                "peer_node": partner,
                 "address": members[self.node],
                 "node": self.node,
                 "port": str(port),
-            }
-            argv_template = self.group.server_argv if plan.role == "server" else self.group.client_argv
-            try:
-                argv = template(argv_template, values)
-            except ValueError as err:
-                return done(ProbeOutcome("failed", f"cannot build the command: {err}"))
-            end = meeting.End(
-                argv,
-                self.kind,
-                start,
-                self.timing,
-                runs,
-                plan.confirming,
-                plan.partner,
-                env=self.group.env or None,
-                max_output_bytes=self.runner.probing.max_output_bytes,
-            )
-            if plan.role == "server":
-                address = members[plan.partner]
-                played = meeting.serve(
-                    end, self._judge, lambda remote: _same_host(remote, address), self.clock
-                )
-            else:
-
-                def ready() -> ProbeOutcome | None:
-                    # The guard again, right before the first connection: a job may have started.
-                    busy = self.runner.idle.check()
-                    return skipped(busy) if busy is not None else None
-
-                played = meeting.connect(end, self._judge, self.clock, self._wait_until, ready)
-            if self.group.expect == "learn":
-                self.runner.baselines.learn(self.group.name, "", played.outcome)
-            return done(played.outcome, played.command)
-        finally:
-            lock.release()
-
-    def _judge(self, result: RunResult, parse: ProbeParse | None) -> ProbeOutcome:
-        configured = parse_bandwidth(self.group.expect) if self.group.expect != "learn" else None
-        expected = (
-            configured if configured is not None else self.runner.baselines.expected(self.group.name, "")
+            },
+            expect=self.group.expect,
+            degraded_fraction=self.group.degraded_fraction,
+            env=self.group.env or None,
         )
-        fraction = self.group.degraded_fraction or self.runner.probing.degraded_fraction
-        return evaluate(self.group.kind, result, parse, expected, fraction)
+        end = meeting.End(start, self.timing, runs, plan.confirming, partner, members[partner])
+        if plan.role == "server":
+            played = self.pipeline.play(job, lambda launch: meeting.serve(end, launch, self.clock))
+        else:
+            played = self.pipeline.play(
+                job, lambda launch: meeting.connect(end, launch, self.clock, self._wait_until)
+            )
+        duration = time.monotonic() - began
+        return SlotResult(
+            plan.round, plan.confirming, partner, played.outcome, started_at, duration, played.command
+        )
 
     def _record(self, result: SlotResult, plan: Assignment) -> None:
         outcome = result.outcome
@@ -339,10 +246,7 @@ class GroupRounds:
         played = Played(result.round, plan.partner, plan.role, short)
 
         def change(state: GroupState) -> None:
-            state.runs[outcome.result] += 1
-            state.last_any = result
-            if outcome.result != "skipped":
-                state.last = result
+            state.count(result)
             # A confirming meeting replaces the regular result; one that did not take place
             # leaves it: it is still this round's result.
             if not result.confirming or outcome.result != "skipped":
@@ -374,16 +278,7 @@ class GroupRounds:
             return
         name = self.group.name
         state = self.store.read()
-        for result in RESULTS:
-            families.runs.add_metric([name, result], float(state.runs[result]))
-        if state.last_any is not None:
-            families.last_run.add_metric([name], state.last_any.started_at)
-        if state.last is not None:
-            outcome = state.last.outcome
-            families.success.add_metric([name], 1.0 if outcome.success else 0.0)
-            families.duration.add_metric([name], state.last.duration_seconds)
-            if outcome.expected_bytes_per_second is not None:
-                families.expected.add_metric([name], outcome.expected_bytes_per_second)
+        families.add_runs(name, state)
         now = round_at(self.clock(), self.group.period_seconds)
         families.round.add_metric([name], float(now))
         families.members.add_metric([name], float(len(self.schedule)))
@@ -403,49 +298,17 @@ def _keep(history: dict[int, Played], round_: int, played: Played) -> None:
         del history[old]
 
 
-def _same_host(remote: str, address: str) -> bool:
-    """Is ``remote`` (an address a tool printed) the member at ``address`` (an IP or a name)?"""
-    remote = _plain(remote)
-    if remote == _plain(address):
-        return True
-    try:
-        ipaddress.ip_address(address)
-        return False  # an IP address that differs
-    except ValueError:
-        pass
-    try:
-        resolved = {_plain(str(info[4][0])) for info in socket.getaddrinfo(address, None)}
-    except OSError:
-        return True  # cannot tell: give the meeting the benefit of the doubt
-    return remote in resolved
-
-
-def _plain(address: str) -> str:
-    # A dual-stack server prints an IPv4 client as ::ffff:10.0.0.1.
-    with contextlib.suppress(ValueError):
-        ip = ipaddress.ip_address(address)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ip)
-    return address
-
-
 # --- the state file ----------------------------------------------------------------------------
 
 
 def _encode(state: GroupState) -> dict[str, Any]:
-    def result(r: SlotResult | None) -> dict[str, Any] | None:
-        return None if r is None else asdict(r)
-
     def history(h: dict[int, Played]) -> dict[str, Any]:
         return {str(r): [p.partner, p.role, p.short] for r, p in sorted(h.items())}
 
     return {
         "version": FORMAT_VERSION,
-        "runs": dict(state.runs),
-        "last": result(state.last),
-        "last_any": result(state.last_any),
-        "current": result(state.current),
+        **encode_runs(state),
+        "current": encode_record(state.current),
         "history": history(state.history),
         "confirms": history(state.confirms),
     }
@@ -454,20 +317,6 @@ def _encode(state: GroupState) -> dict[str, Any]:
 def _decode(document: Any) -> GroupState:
     if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
         raise ValueError(f"not a version {FORMAT_VERSION} pairwise state file")
-
-    def result(data: Any) -> SlotResult | None:
-        if data is None:
-            return None
-        outcome = ProbeOutcome.from_state(data["outcome"])
-        return SlotResult(
-            int(data["round"]),
-            bool(data["confirming"]),
-            str(data["peer"]),
-            outcome,
-            float(data["started_at"]),
-            float(data["duration_seconds"]),
-            str(data["command"]),
-        )
 
     def history(data: Any) -> dict[int, Played]:
         out = {}
@@ -479,12 +328,15 @@ def _decode(document: Any) -> GroupState:
 
     try:
         return GroupState(
-            Counter({r: int(document["runs"].get(r, 0)) for r in RESULTS}),
-            result(document["last"]),
-            result(document["last_any"]),
-            result(document["current"]),
+            decode_counts(document["runs"]),
+            decode_record(SlotResult, document["last"]),
+            decode_record(SlotResult, document["last_any"]),
+            decode_record(SlotResult, document["current"]),
             history(document["history"]),
             history(document["confirms"]),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"malformed pairwise state ({type(err).__name__}: {err})") from err
+
+
+GROUP_FORMAT = Format("pairwise results", GroupState, _encode, _decode)
