@@ -18,6 +18,7 @@ The probe commands print saved real outputs (tests/fixtures): no GPU runs them h
 from __future__ import annotations
 
 import contextlib
+import copy
 import socket
 import time
 from collections.abc import Iterator
@@ -61,6 +62,9 @@ class Fleet:
     sysfs: dict[str, Path]
     rules: Path
     instances: dict[str, str] = field(default_factory=dict)
+    # What the same alerts bring without the example's generated inhibitions: a second Alertmanager,
+    # the example's routes and grouping without its inhibit_rules, fed by the same Prometheus.
+    uninhibited: Webhook | None = None
 
     def instance(self, node: str) -> str:
         return self.instances[node]
@@ -224,6 +228,16 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         alertmanager = Alertmanager(tmp / "alertmanager", am_config)
         alertmanager.start()
         servers.append(alertmanager)
+        uninhibited = Webhook().__enter__()
+        servers.append(uninhibited)
+        bare_config = copy.deepcopy(am_config)
+        del bare_config["inhibit_rules"]
+        for receiver in bare_config["receivers"]:
+            for hook in receiver.get("webhook_configs", []):
+                hook["url"] = uninhibited.url("/" + receiver["name"])
+        bare = Alertmanager(tmp / "alertmanager-uninhibited", bare_config)
+        bare.start()
+        servers.append(bare)
 
         prometheus = Prometheus(
             tmp / "prometheus",
@@ -235,7 +249,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
                 }
             ],
             rule_files=[rules],
-            alertmanagers=[alertmanager.address],
+            alertmanagers=[alertmanager.address, bare.address],
         )
         prometheus.start()
         servers.append(prometheus)
@@ -248,6 +262,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
             {"healthy": healthy_sys, "gpu": healthy_sys, "fabric": faulty_sys},
             rules,
             instances,
+            uninhibited,
         )
     finally:
         for server in reversed(servers):

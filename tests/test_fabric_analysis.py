@@ -416,6 +416,15 @@ def test_a_path_end_with_as_many_short_meetings_as_fine_ones_is_not_clean() -> N
     assert _names(_verdict(table.replace("6 p d 5", "6 p d 10")).suspects) == {("path", "p<->q")}
 
 
+def test_a_path_whose_second_end_is_not_clean_is_no_path() -> None:
+    # The same table from q's side (q sorts after p, so it is the pair's second end): q is fine
+    # with c and d and short with a and b besides p: not clean, so no path.
+    table = PATH.format(q4="d") + "5 q a 5\n6 q b 5\n5 c d 10\n6 c d 10\n"
+    result = _verdict(table)
+    assert result.suspects == []
+    assert _names(_verdict(table.replace("6 q b 5", "6 q b 10")).suspects) == {("path", "p<->q")}
+
+
 HOST_IN_THREE_ROUNDS = """
 1 x a 5
 1 b c 10
@@ -472,6 +481,41 @@ def test_a_hosts_evidence_is_its_latest_run_that_names_it() -> None:
     result = _verdict(table.replace("7 x d 5", "7 x d 10").replace("8 x a 5", "8 x a 10"))
     (host,) = result.suspects
     assert host.evidence["rounds"] == [1, 2, 3] and host.evidence["ongoing"] is False
+
+
+# x falls short with a, b and then c three rounds running (a meeting, its confirmation, and the
+# next): c's own meetings with others around it were all fine (e, f before; g, h after). Only
+# those say whether c was fine; its meetings with x are x's doing.
+HOST_MET_AGAIN = """
+1 x a 5
+1 c e 10
+1 b d 10
+2 x b 5
+2 c f 10
+2 a d 10
+3 x c 5
+3 a e 10
+3 b f 10
+4 x c 5
+4 d e 10
+5 x c 5
+5 d f 10
+6 c g 10
+6 a b 10
+7 c h 10
+7 d e 10
+"""
+
+
+def test_a_partners_meetings_with_the_suspect_do_not_count_against_the_partner() -> None:
+    result = _verdict(HOST_MET_AGAIN)
+    assert _names(result.suspects) == {("host", "x")}
+    host = result.suspects[0]
+    assert host.evidence["partners"] == ["a", "b", "c"]
+    assert host.evidence["short_with"][-1] == {"peer": "c", "meetings": 3, "median_ratio": 0.5}
+    # c really short with others around its meetings with x (f before, g after): not clean then.
+    bad_c = _verdict(HOST_MET_AGAIN.replace("2 c f 10", "2 c f 5").replace("6 c g 10", "6 c g 5"))
+    assert bad_c.suspects == []
 
 
 # --- small groups --------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ def test_the_real_lines_carry_every_class_of_prefix() -> None:
     for needle in (
         "фев 12",
         "6月 28",
+        "jan. 29",
         "[Fri Aug 29",
         "lisa kernel: [T45426] ",
         "pve kernel: ",

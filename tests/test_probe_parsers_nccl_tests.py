@@ -103,6 +103,14 @@ EXPECTED = {
     "19_mpijob_launcher_log_rows_after_nccl_info.txt": Expected(
         None, None, (), 5, None, None, None, None, "incomplete", 1, None, None, None,
     ),
+    # Closing lines whose `# Avg bus bandwidth` the reporter left out, and no row: it finished,
+    # with nothing to measure.
+    "20_closing_lines_without_avg_footer_2x_rtx_pro_6000.txt": Expected(
+        "all_reduce", None, (), 0, None, None, 0, None, "incomplete", 1, None, None, None,
+    ),
+    "21_row_cut_by_cuda_failure_without_host_2x_rtx_pro_6000.txt": Expected(
+        None, None, (), 0, None, None, None, None, "failed", 1, None, None, None,
+    ),
 }  # fmt: skip
 # Captures that hold the end of a table only: their footer averages rows they do not show.
 TAILS = {
@@ -233,6 +241,26 @@ def test_a_capture_whose_avg_footer_was_trimmed_keeps_its_bandwidth(
     assert result.avg_bus_bandwidth_gbps is None
     assert result.peak_bus_bandwidth_gbps == pytest.approx(EXPECTED[name].peak)
     assert result.bandwidth_bytes_per_second == parse("nccl-tests", whole).bandwidth_bytes_per_second
+
+
+def test_real_closing_lines_without_the_avg_footer_or_rows_measure_nothing() -> None:
+    # A reporter quoted only the closing lines of a finished run (NVIDIA/nccl#2418), its `# Avg bus
+    # bandwidth` line left out: the run finished and was valid, and nothing says how fast it was.
+    result = parse_nccl_tests(capture("20_closing_lines_without_avg_footer_2x_rtx_pro_6000.txt"))
+    assert result.finished and result.out_of_bounds == 0 and result.collective == "all_reduce"
+    assert result.rows == () and result.avg_bus_bandwidth_gbps is None
+    assert result.verdict == "incomplete" and result.errors == ("footer without result rows",)
+    assert result.bandwidth_bytes_per_second is None and result.peak_bandwidth_bytes_per_second is None
+
+
+def test_a_row_cut_by_a_cuda_failure_without_the_host_prefix_fails_the_run() -> None:
+    # The same report's failing run: the row's parameters, then the failure where its timings
+    # would be, quoted without nccl-tests' `<host>: ` and ` .. <host> pid <n>: ` prefixes.
+    result = parse_nccl_tests(capture("21_row_cut_by_cuda_failure_without_host_2x_rtx_pro_6000.txt"))
+    assert result.verdict == "failed" and not result.finished
+    assert result.rows == ()  # five values are no row
+    assert result.problem == "Test CUDA failure common.cu:516 'an illegal memory access was encountered'"
+    assert result.bandwidth_bytes_per_second is None
 
 
 def test_a_capture_cut_before_every_closing_line_has_no_bandwidth() -> None:

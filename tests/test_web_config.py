@@ -19,6 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import warnings
 from base64 import b64encode
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -690,25 +691,57 @@ def test_warning_when_listening_beyond_loopback_without_auth(tmp_path: Path, pki
 
 # --- a TLS scanner ---------------------------------------------------------------------------
 
-# What testssl.sh rightly says of a test CA's day-old leaf: it expires soon, and names no CRL or
-# OCSP responder. Nothing else may reach MEDIUM.
+# What testssl.sh rightly says of a test CA's day-old leaf, by id: it expires within 30 days
+# (cert_expirationStatus, and cert_notAfter beside it), and names no CRL or OCSP responder
+# (cert_revocation). Nothing else may reach MEDIUM.
 TEST_CERTIFICATES_OWN = {"cert_expirationStatus", "cert_notAfter", "cert_revocation"}
 SERIOUS = ("MEDIUM", "HIGH", "CRITICAL")
+# testssl.sh's exit status counts its own ambiguous situations and scan errors (a handshake that
+# failed on a loaded machine adds 1: `ret=$(($? + ret))` after every check), not findings; from 242
+# on it says the scan itself could not run (ERR_CHILD ... ERR_BASH, `man testssl`, EXIT STATUS).
+TESTSSL_FATAL = 242
+# The ids the verdict below rests on; a scan that lost one of them decided nothing.
+TESTSSL_REQUIRED = (
+    *("SSLv2", "SSLv3", "TLS1", "TLS1_1", "TLS1_2", "TLS1_3"),
+    *("cipherlist_NULL", "cipherlist_aNULL", "cipherlist_EXPORT", "cipherlist_LOW"),
+    *("cipherlist_3DES_IDEA", "cipherlist_AVERAGE", "cipherlist_STRONG"),
+    *("cipher_order", "cipherorder_TLSv1_2", "cert_chain_of_trust", "LUCKY13"),
+    *("X-Frame-Options", "X-Content-Type-Options", "Content-Security-Policy", "HSTS"),
+    *sorted(TEST_CERTIFICATES_OWN),
+)
+# A WARN about the scanner's own openssl (no GOST engine), not about the agent.
+TESTSSL_OWN_WARNINGS = {"engine_problem"}
 
 
-def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki, agent: Any) -> None:
-    """testssl.sh (the Debian package) against the agent with its default TLS settings and a
-    certificate of a test CA it is told to trust. Its protocol, cipher-category, server-order,
-    certificate, header and vulnerability checks run; its client simulation and per-cipher scans
-    (informational, a minute more) do not."""
-    testssl = require_tool("testssl")
-    port = port_of(agent(web_file(tmp_path, {"tls_server_config": tls(pki)})))
-    report = tmp_path / "testssl.json"
+@dataclass
+class ScannerReport:
+    returncode: int
+    output: str
+    findings: list[dict[str, Any]]
+
+    @property
+    def by_id(self) -> dict[str, dict[str, Any]]:
+        return {f["id"]: f for f in self.findings}
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in TESTSSL_REQUIRED if name not in self.by_id]
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["severity"] == "WARN" and f["id"] not in TESTSSL_OWN_WARNINGS]
+
+    def explain(self, offending: Any) -> str:
+        return f"{offending}\ntestssl exit status {self.returncode}; its output begins:\n{self.output[:4000]}"
+
+
+def scan_with_testssl(testssl: str, port: int, ca: Path, report: Path) -> ScannerReport:
+    report.unlink(missing_ok=True)
     result = subprocess.run(
         [
             testssl,
             *("--quiet", "--color", "0", "--warnings", "off", "--nodns", "none"),
-            *("--add-ca", str(pki.ca), "--jsonfile", str(report)),
+            *("--add-ca", str(ca), "--jsonfile", str(report)),
             *(
                 "--protocols",
                 "--std",
@@ -724,28 +757,60 @@ def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki
         timeout=600,
         check=False,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    findings = json.loads(report.read_text())
-    found = {f["id"]: f for f in findings}
-    serious = [f for f in findings if f["severity"] in SERIOUS and f["id"] not in TEST_CERTIFICATES_OWN]
-    assert not serious, serious
-    assert found["cert_chain_of_trust"]["severity"] == "OK"  # the scan saw the test CA's chain
-    assert {f["id"] for f in findings if f["severity"] in SERIOUS} <= TEST_CERTIFICATES_OWN
-    # TLS 1.2 and 1.3 only, AEAD suites only, in the server's order.
-    assert [found[p]["finding"].startswith("offered") for p in ("TLS1", "TLS1_1", "TLS1_2", "TLS1_3")] == [
-        False,
-        False,
-        True,
-        True,
+    output = result.stdout + result.stderr
+    assert result.returncode < TESTSSL_FATAL, (
+        f"testssl could not scan (exit {result.returncode}):\n{output[:4000]}"
+    )
+    return ScannerReport(result.returncode, output, json.loads(report.read_text()))
+
+
+def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki, agent: Any) -> None:
+    """testssl.sh (the Debian package) against the agent with its default TLS settings and a
+    certificate of a test CA it is told to trust. Its protocol, cipher-category, server-order,
+    certificate, header and vulnerability checks run; its client simulation and per-cipher scans
+    (informational, a minute more) do not. The JSON report is judged, not the exit status."""
+    testssl = require_tool("testssl")
+    port = port_of(agent(web_file(tmp_path, {"tls_server_config": tls(pki)})))
+    scan = scan_with_testssl(testssl, port, pki.ca, tmp_path / "testssl.json")
+    if scan.missing and scan.returncode:
+        # A check that erred (a handshake lost on a loaded machine) writes no verdict; it is the
+        # scanner's ambiguity, not a finding, and the second scan must then be complete.
+        warnings.warn(
+            f"testssl scan incomplete ({scan.missing}), scanning again: {scan.warnings}", stacklevel=1
+        )
+        scan = scan_with_testssl(testssl, port, pki.ca, tmp_path / "testssl-again.json")
+    assert not scan.missing, scan.explain(f"ids missing from the report: {scan.missing}")
+    if scan.warnings:
+        warnings.warn(f"testssl WARN entries (scan ambiguities): {scan.warnings}", stacklevel=1)
+    found = scan.by_id
+    serious = [f for f in scan.findings if f["severity"] in SERIOUS and f["id"] not in TEST_CERTIFICATES_OWN]
+    assert not serious, scan.explain(serious)
+    assert found["cert_chain_of_trust"]["severity"] == "OK", scan.explain(found["cert_chain_of_trust"])
+    # TLS 1.2 and 1.3 only.
+    protocols = [found[p] for p in ("SSLv2", "SSLv3", "TLS1", "TLS1_1", "TLS1_2", "TLS1_3")]
+    offered = [f["finding"].startswith("offered") for f in protocols]
+    assert offered == [False, False, False, False, True, True], scan.explain(protocols)
+    # No CBC suite: not in any category that holds one ("Obsolete CBC ciphers" is AVERAGE), only
+    # AEAD suites offered, and the server's TLS 1.2 order names nothing but AEAD suites.
+    categories = [
+        found[f"cipherlist_{c}"] for c in ("NULL", "aNULL", "EXPORT", "LOW", "3DES_IDEA", "AVERAGE")
     ]
-    assert found["cipherlist_AVERAGE"]["finding"] == "not offered"  # "Obsoleted CBC ciphers"
-    assert found["cipherlist_3DES_IDEA"]["finding"] == "not offered"
+    offered_weak = [f for f in categories if f["finding"] != "not offered"]
+    assert not offered_weak, scan.explain(offered_weak)
+    assert found["cipherlist_STRONG"]["finding"] == "offered", scan.explain(found["cipherlist_STRONG"])
     tls12 = found["cipherorder_TLSv1_2"]["finding"].split()
-    assert tls12 and all("-GCM-" in suite or "CHACHA20-POLY1305" in suite for suite in tls12), tls12
-    assert found["cipher_order"]["finding"] == "server"
-    assert found["LUCKY13"]["severity"] == "OK"
-    for header in ("X-Content-Type-Options", "X-Frame-Options", "Content-Security-Policy"):
-        assert found[header]["severity"] == "OK", header
+    assert tls12 and all("-GCM-" in suite or "CHACHA20-POLY1305" in suite for suite in tls12), scan.explain(
+        found["cipherorder_TLSv1_2"]
+    )
+    assert found["cipher_order"]["finding"] == "server", scan.explain(found["cipher_order"])
+    assert found["LUCKY13"]["severity"] == "OK", scan.explain(found["LUCKY13"])
+    headers = [found[h] for h in ("X-Content-Type-Options", "X-Frame-Options", "Content-Security-Policy")]
+    missing_headers = [f for f in headers if f["severity"] != "OK"]
+    assert not missing_headers, scan.explain(missing_headers)
+    # No HSTS by default (a node's metrics port is no web site): testssl rates its absence LOW
+    # (`fileout "HSTS" "LOW" "not offered"` in run_hsts), below the bar.
+    if found["HSTS"]["finding"] == "not offered":
+        assert found["HSTS"]["severity"] == "LOW", scan.explain(found["HSTS"])
 
 
 # --- a real Prometheus -----------------------------------------------------------------------
