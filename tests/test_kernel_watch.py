@@ -355,7 +355,7 @@ def test_every_real_field_form_counts_as_its_kind(tmp_path: Path) -> None:
     # the informational lines; a machine check's records, not the notice that came with them; link
     # downs, not ups. Xid lines and notices go to the Xid series, one per fall.
     want: Counter[str] = Counter(e["kind"] for e in EXTRA if e.get("counted"))
-    assert want["mlx5"] == 7 and want["mlx5_link_down"] == 5 and want["pcie_aer_corrected"] == 8
+    assert want["mlx5"] == 10 and want["mlx5_link_down"] == 5 and want["pcie_aer_corrected"] == 9
     assert want["pcie_aer_uncorrected"] == 1 and want["mce"] == 7
     for kind in ("pcie_aer_corrected", "pcie_aer_uncorrected", "mlx5", "mlx5_link_down", "mce"):
         assert value(text, "clusterhealth_kernel_events_total", event=kind) == want[kind], kind
