@@ -228,7 +228,13 @@ def measure(kind: str, factor: float, setup: Setup, say: Any = None) -> dict[str
                 f"{_mean_step(degraded[-1]):.3f} s with {suspect} at {factor:g}"
             )
     finally:
-        lab.cleanup()
+        # A second Ctrl-C must not cut the clean-up short (mpirun's ranks and daemons included).
+        handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            lab.cleanup()
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     healthy_steps = [t for d in healthy for t in step_times(d)]
     degraded_steps = [t for d in degraded for t in step_times(d)]
     measured = statistics.fmean(degraded_steps) / statistics.fmean(healthy_steps)
@@ -266,7 +272,7 @@ def _mean_step(document: dict[str, Any]) -> float:
     return statistics.fmean(step_times(document))
 
 
-def table(rows: list[dict[str, Any]], setup: Setup) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| fault | shaped to | probe: ratio r̂ | probe: reference B̂ | loop: step healthy → degraded "
         "| measured slowdown | predicted from r̂, B̂ | error |",
@@ -357,7 +363,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(document, indent=2))
     else:
-        sys.stdout.write(table(rows, setup))
+        sys.stdout.write(table(rows))
         print(f"({document['seconds']} s)")
     return 1 if any("failed" in row for row in rows) else 0
 

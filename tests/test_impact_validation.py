@@ -4,7 +4,7 @@ The full table (a host and a path at r = 0.75, 0.5 and 0.25, ±20 %) is `make be
 docs/cost.md's; this asserts only that the harness runs and that the model is not far off. Four
 hosts (the fewest in which `analyze` names a host: three clean partners), h2's link at half the
 lab's rate, Open MPI's ring all-reduce of 2 MB after 0.25 s of compute (γ ≈ 1 at 100 Mbit/s), one
-block of three steps with the fault taken away and three with it. About 85 s, most of it the three
+block of three steps with the fault taken away and three with it. About 95 s, most of it the three
 probe rounds `analyze` wants before a verdict.
 """
 
