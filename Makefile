@@ -46,14 +46,16 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # endpoint (prometheus also scrapes it over TLS), ip and tc (iproute2) for the pairwise lab's
 # network namespaces, buildah and mmdebstrap for the container image test (which bootstraps its
 # own Debian base), unshare (util-linux) for the install test's private mounts, testssl.sh to scan
-# the endpoint's TLS.
+# the endpoint's TLS, Open MPI's mpirun (and its libmpi, which the mpi4py wheel of the test extras
+# loads) for the impact validation's all-reduce in the lab.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
-             buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh
+             buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
+             mpirun:openmpi-bin
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric generate k8s-tools \
-        dist wheels image install uninstall
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
+        k8s-tools dist wheels image install uninstall
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -160,6 +162,11 @@ bench: venv sysdeps
 # Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
 bench-fabric: venv
 	$(BIN)/python benchmarks/fabric_scale.py
+
+# The impact model against Open MPI's MPI_Allreduce in the namespace lab (root; about 17 minutes):
+# docs/cost.md's validation table.
+bench-impact: venv sysdeps
+	$(BIN)/python benchmarks/impact.py
 
 venv: $(VENV)/.installed
 

@@ -179,11 +179,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lab.add_argument("--hosts", type=int, required=True, metavar="N", help="hosts h1..hN (2 to 64)")
     degrade = lab.add_mutually_exclusive_group()
-    degrade.add_argument("--degrade-host", metavar="NAME", help="shape this host's link to half the rate")
+    degrade.add_argument(
+        "--degrade-host", metavar="NAME", help="shape this host's link to --degrade-factor of the rate"
+    )
     degrade.add_argument(
         "--degrade-path",
         metavar="A-B",
         help="shape the path between two hosts, e.g. h2-h5, or 'first': the pair that meets first",
+    )
+    lab.add_argument(
+        "--degrade-factor",
+        type=float,
+        default=0.5,
+        metavar="R",
+        help="the degraded host's or path's share of the rate (default 0.5)",
     )
     lab.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds to wait (default 5)")
     lab.add_argument(
@@ -416,6 +425,7 @@ def _lab(args: argparse.Namespace) -> int:
         rate_mbit=args.rate,
         degrade_host=args.degrade_host,
         degrade_path=path,
+        factor=args.degrade_factor,
         restart_prometheus=args.restart_prometheus,
     )
     return lab.main(spec, args.json)

@@ -9,10 +9,10 @@ every address inside its own namespaces):
   address 10.77.0.i;
 * every host link shaped to one common rate with ``tc`` in both directions (tbf on the host's
   end and on the bridge's end), so that the machine's cores are not what the probes measure;
-* ``--degrade-host hK``: both ends of hK's link shaped to half the rate (tbf);
-  ``--degrade-path hA-hB``: on hA's end an htb class at half the rate with a u32 filter on hB's
-  address, and the same on hB's end towards hA (both directions, as the meetings' direction
-  alternates);
+* ``--degrade-host hK``: both ends of hK's link shaped to ``--degrade-factor`` of the rate (tbf;
+  half by default); ``--degrade-path hA-hB``: on hA's end an htb class at that fraction of the rate
+  with a u32 filter on hB's address, and the same on hB's end towards hA (both directions, as the
+  meetings' direction alternates);
 * a real agent per host namespace (``clusterhealth agent``, node name hI) with one iperf3 pairwise
   group, its members file written as an inventory tool would;
 * the Debian Prometheus scraping the agents every second; ``--restart-prometheus K`` stops it three
@@ -110,6 +110,8 @@ class LabSpec:
                 return f"--degrade-path: expected two different hosts among h1..h{self.hosts}, as hA-hB"
         if not 1 <= self.rate_mbit <= 10_000:
             return "--rate: expected 1 to 10000 Mbit/s"
+        if not 0 < self.factor < 1:
+            return "--degrade-factor: expected a fraction of the rate between 0 and 1, e.g. 0.25"
         if self.restart_prometheus is not None and not 1 <= self.restart_prometheus < self.rounds:
             return "--restart-prometheus: expected a round before the last, from 1 to --rounds - 1"
         return None
@@ -214,6 +216,7 @@ class Lab:
     processes: list[Spawned] = field(default_factory=list)
     workdir: Path | None = None
     tools: dict[str, str] = field(default_factory=dict)
+    path: tuple[str, str] | None = None  # the path degraded, once chosen (at the first round)
 
     @property
     def switch(self) -> str:
@@ -308,6 +311,13 @@ class Lab:
             if not pairs:
                 raise LabError("no pair meets in the first round")
             a, b = min(pairs)
+        self.path = (a, b)
+        self._shape_path(a, b)
+        rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
+        self.say(f"lab {self.prefix}: path {a}<->{b} degraded to {slow:g} of {rate:g} Mbit/s (htb + u32)")
+        return a, b
+
+    def _shape_path(self, a: str, b: str) -> None:
         rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
         for here, there in ((a, b), (b, a)):
             ns, peer = self.host_ns(int(here[1:])), self.address(int(there[1:]))
@@ -322,8 +332,22 @@ class Lab:
                 ns, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
                 "u32", "match", "ip", "dst", f"{peer}/32", "flowid", "1:20",
             )  # fmt: skip
-        self.say(f"lab {self.prefix}: path {a}<->{b} degraded to {slow:g} of {rate:g} Mbit/s (htb + u32)")
-        return a, b
+
+    def set_degraded(self, degraded: bool) -> None:
+        """Take the degraded host or path back to the common rate (False) or degrade it again
+        (True), as built: for a workload measured on the same links with and without the fault."""
+        rate = self.spec.rate_mbit
+        if self.spec.degrade_host is not None:
+            i = int(self.spec.degrade_host[1:])
+            shaped = self._tbf(rate * self.spec.factor if degraded else rate)
+            self._tc(self.host_ns(i), "qdisc", "replace", "dev", "eth0", "root", *shaped)
+            self._tc(self.switch, "qdisc", "replace", "dev", f"h{i}", "root", *shaped)
+        elif self.path is not None:
+            for end in self.path:
+                ns = self.host_ns(int(end[1:]))
+                self._tc(ns, "qdisc", "replace", "dev", "eth0", "root", *self._tbf(rate))
+            if degraded:
+                self._shape_path(*self.path)
 
     # -- starting --------------------------------------------------------------------------------
 
@@ -541,8 +565,9 @@ class Lab:
 
     # -- cleaning up -----------------------------------------------------------------------------
 
-    def cleanup(self) -> None:
-        """Stop every process, delete every namespace (and with them the links), remove the files."""
+    def stop(self) -> None:
+        """Stop the agents and Prometheus, and whatever still runs in the lab's namespaces (a probe
+        an agent left behind); the namespaces and their links stay."""
         for spawned in self.processes:
             if spawned.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -555,13 +580,19 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(spawned.popen.pid, signal.SIGKILL)
                 spawned.popen.wait()
+        self.processes.clear()
         ip = self.tools.get("ip") or shutil.which("ip") or "ip"
-        for ns in reversed(self.namespaces):
-            # Whatever still runs in it (a probe an agent left behind) would keep it alive.
+        for ns in self.namespaces:
             with contextlib.suppress(LabError):
                 for pid in _command(ip, "netns", "pids", ns).split():
                     with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pid), signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        """Stop every process, delete every namespace (and with them the links), remove the files."""
+        self.stop()
+        ip = self.tools.get("ip") or shutil.which("ip") or "ip"
+        for ns in reversed(self.namespaces):
             try:
                 _command(ip, "netns", "del", ns)
             except LabError as err:

@@ -251,4 +251,8 @@ def test_bad_arguments_exit_2_before_anything_is_built() -> None:
     assert done.returncode == 2 and f"at least {minimum_period():g} s" in done.stderr
     done = run_cli("lab", "--hosts", "4", "--rounds", "3", "--restart-prometheus", "3")
     assert done.returncode == 2 and "--restart-prometheus: expected a round before the last" in done.stderr
+    for factor in ("1", "0", "1.5"):
+        done = run_cli("lab", "--hosts", "4", "--degrade-host", "h2", "--degrade-factor", factor)
+        assert done.returncode == 2 and "--degrade-factor: expected a fraction" in done.stderr
     assert LabSpec(hosts=8, degrade_path=("h2", "h5")).problem() is None
+    assert LabSpec(hosts=8, degrade_host="h2", factor=0.25).problem() is None
