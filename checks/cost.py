@@ -281,12 +281,11 @@ def step_slowdown(workload: Workload, ratio: float, reference_bandwidth: float) 
     math.inf when r is 0 and the ring moves anything (a job of one GPU reduces nothing: 1)."""
     if ratio < 0 or reference_bandwidth <= 0:
         raise ValueError(f"ratio must not be negative ({ratio}) and the reference must be positive")
-    comm_ref = ring_allreduce_seconds(workload.gradient_bytes, workload.gpus, reference_bandwidth)
-    if comm_ref == 0:
+    if workload.gpus == 1:
         return 1.0
-    comm = math.inf if ratio == 0 else comm_ref / ratio
-    compute = workload.compute_per_step
-    return step_seconds(compute, comm, workload.overlap) / step_seconds(compute, comm_ref, workload.overlap)
+    if ratio == 0:
+        return math.inf
+    return slowdown(replace(workload, latency_seconds=0.0), reference_bandwidth, ratio * reference_bandwidth)
 
 
 def gpu_hours_per_day(gpus: int, slowdown: float) -> float:

@@ -59,8 +59,10 @@ _missing_said = False
 def say_missing_names_once(log: logging.Logger) -> None:
     """Log `missing_names_message` the first time a collector reads NVML in this process."""
     global _missing_said
+    if _missing_said or not MISSING_NAMES:
+        return
     message = missing_names_message()
-    if message is not None and not _missing_said:
+    if message is not None:
         _missing_said = True
         log.warning("%s", message)
 
