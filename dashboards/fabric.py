@@ -42,11 +42,12 @@ def dashboard() -> gd.Dashboard:
 
 # The impact recording rules (deploy/prometheus/clusterhealth_mixin/recording.py), per node of a
 # pairwise group, for the rules generator's stated workload (impact_* parameters).
+_NODE_BANDWIDTH = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:"
 IMPACT = {
-    "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio": "bandwidth ratio r",
-    "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise": "all-reduce slowdown 1/r",
-    "instance_probe:clusterhealth_fabric_step_slowdown:pairwise": "step slowdown",
-    "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise": "GPU-hours lost a day",
+    _NODE_BANDWIDTH + "pairwise_ratio": "bandwidth ratio r",
+    _NODE_BANDWIDTH + "pairwise_allreduce_slowdown": "all-reduce slowdown 1/r",
+    _NODE_BANDWIDTH + "pairwise_step_slowdown": "step slowdown",
+    _NODE_BANDWIDTH + "pairwise_gpu_hours_lost_per_day": "GPU-hours lost a day",
 }
 
 
@@ -60,7 +61,8 @@ def cost_row() -> list[Builder[dm.Panel]]:
             "the rules' stated workload (by default a 64-GPU job reducing 7B BF16 gradients with 1 s "
             "of compute a step), how much slower its steps run and the GPU-hours a day it loses "
             "(docs/cost.md). FabricBandwidthDegraded and NodeStraggler quote the same numbers.",
-            [Query(f"{record}{{{SEL}}}", instant=True) for record in IMPACT],
+            # Aggregated, so that each query drops its __name__ and the merge makes one row a node.
+            [Query(f"max by (instance, probe) ({record}{{{SEL}}})", instant=True) for record in IMPACT],
             w=12,
             transformations=[
                 MERGE,
@@ -76,7 +78,7 @@ def cost_row() -> list[Builder[dm.Panel]]:
             "reference bandwidth (0 at or above it).",
             [
                 Query(
-                    f"instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise{{{SEL}}}",
+                    f"instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_gpu_hours_lost_per_day{{{SEL}}}",
                     "{{instance}} {{probe}}",
                 )
             ],

@@ -151,6 +151,14 @@ def test_each_impact_rule_has_a_case_of_exact_samples() -> None:
     assert records <= checked, records - checked
 
 
+def test_the_rules_price_the_job_analyze_prices() -> None:
+    """The rules' stated workload is analyze's (checks/cost.py's IMPACT_WORKLOAD), so an alert and
+    `analyze` put the same price on the same node."""
+    c, w = mixin.Config(), cost.IMPACT_WORKLOAD
+    assert (c.impact_params, c.impact_bytes_per_param, c.impact_gpus) == (w.params, w.bytes_per_param, w.gpus)
+    assert (c.impact_compute_seconds, c.impact_overlap) == (w.compute_seconds, w.overlap)
+
+
 def test_the_impact_rules_are_the_cost_model(tmp_path: Path) -> None:
     """The impact rules compute what checks/cost.py (analyze's model) computes, for a workload whose
     overlap makes both sides of min(compute, comm) count: compute 1.5 s and overlap 0.5; h1's
@@ -170,9 +178,9 @@ def test_the_impact_rules_are_the_cost_model(tmp_path: Path) -> None:
     assert slowdown == pytest.approx((1.5 + 2 - 0.5 * 1.5) / (1.5 + 1 - 0.5 * 1))  # 2.75 / 2 = 1.375
     expected = {
         "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio": 0.5,
-        "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise": 2.0,
-        "instance_probe:clusterhealth_fabric_step_slowdown:pairwise": slowdown,
-        "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise": (
+        "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_allreduce_slowdown": 2.0,
+        "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_step_slowdown": slowdown,
+        "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_gpu_hours_lost_per_day": (
             config.impact_gpus * 24 * (1 - 1 / slowdown)
         ),
     }

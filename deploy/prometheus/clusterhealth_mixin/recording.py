@@ -72,7 +72,7 @@ instance_gpu:clusterhealth_gpu_sm_clock_hertz:busy""",
     ]
 
 
-CLOCK_SLOWDOWN = "instance_gpu:clusterhealth_gpu_clock_slowdown:busy"
+CLOCK_SLOWDOWN = "instance_gpu:clusterhealth_gpu_sm_clock_max_hertz:over_busy_sm_clock"
 
 # The impact of each node of a pairwise group (issue 20; docs/cost.md's model, which `analyze`
 # applies to its suspects): what a ring all-reduce through the node, and a step of the stated
@@ -80,9 +80,10 @@ CLOCK_SLOWDOWN = "instance_gpu:clusterhealth_gpu_clock_slowdown:busy"
 MEETINGS = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_median"
 REFERENCE = "job_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_reference"
 RATIO = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:pairwise_ratio"
-ALLREDUCE_SLOWDOWN = "instance_probe:clusterhealth_fabric_allreduce_slowdown:pairwise"
-STEP_SLOWDOWN = "instance_probe:clusterhealth_fabric_step_slowdown:pairwise"
-GPU_HOURS_LOST = "instance_probe:clusterhealth_fabric_gpu_hours_lost_per_day:pairwise"
+_NODE_BANDWIDTH = "instance_probe:clusterhealth_probe_bandwidth_bytes_per_second:"
+ALLREDUCE_SLOWDOWN = _NODE_BANDWIDTH + "pairwise_allreduce_slowdown"
+STEP_SLOWDOWN = _NODE_BANDWIDTH + "pairwise_step_slowdown"
+GPU_HOURS_LOST = _NODE_BANDWIDTH + "pairwise_gpu_hours_lost_per_day"
 
 
 def ring_bytes(c: Config) -> float:
