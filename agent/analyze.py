@@ -251,7 +251,7 @@ def run(
         if prometheus.warnings and not allow_partial:  # the jobs' answer was partial
             raise Partial(
                 "partial data (rerun with --allow-partial to analyse the rest): "
-                + "; ".join(f"Prometheus answered with partial data: {text}" for text in prometheus.warnings)
+                + "; ".join(_warnings(prometheus))
             )
         problems = list(dict.fromkeys(history.problems + _warnings(prometheus)))
         return analysis.analyze(
