@@ -264,3 +264,15 @@ def test_the_deploy_doc_lists_every_alert_and_parameter() -> None:
     assert text == mixin.with_reference(text, mixin.Config()), "run `make generate`"
     for alert in mixin.alerts(mixin.Config()):
         assert f"| [{alert.name}](runbooks/{alert.name}.md) | {alert.severity} |" in text
+
+
+def test_a_file_that_lost_its_generated_blocks_markers_is_refused() -> None:
+    """make generate splices its blocks between markers; a file without them is an error, not a
+    second block appended at its end (or the rest of the file cut away)."""
+    lib = importlib.import_module("clusterhealth_mixin.lib")
+    text = "before\n<!-- B -->\nold\n<!-- E -->\nafter\n"
+    spliced = lib.splice(text, "<!-- B -->\n", "<!-- E -->\n", "new\n")
+    assert spliced == "before\n<!-- B -->\nnew\n<!-- E -->\nafter\n"
+    for broken in (text.replace("<!-- B -->\n", ""), text.replace("<!-- E -->\n", "")):
+        with pytest.raises(ValueError, match="markers are missing"):
+            lib.splice(broken, "<!-- B -->\n", "<!-- E -->\n", "new\n")

@@ -101,9 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--test-profile", action="store_true", help="short durations, for tests")
     args = parser.parse_args(argv)
     config = load_config(args.config, TEST_PROFILE if args.test_profile else None)
-    args.output.write_text(render(config))
+    rules = render(config)
+    args.output.write_text(rules)
     if args.output == RULES_FILE:
-        CHART_RULES_FILE.write_text(render(config))
+        CHART_RULES_FILE.write_text(rules)
         DOC_FILE.write_text(with_reference(DOC_FILE.read_text(), config))
         XID_RUNBOOK.write_text(xid_runbook(XID_RUNBOOK.read_text(), config))
         RUNBOOK_INDEX.write_text(with_runbook_index(RUNBOOK_INDEX.read_text(), config))

@@ -9,7 +9,7 @@ from typing import Any
 
 from .areas import alerts
 from .config import Config
-from .lib import SUBJECTS, Alert, alternation
+from .lib import SUBJECTS, Alert, alternation, splice
 
 INHIBIT_BEGIN = "# BEGIN GENERATED INHIBIT RULES: deploy/prometheus/mixin.py (`make generate`)\n"
 INHIBIT_END = "# END GENERATED INHIBIT RULES\n"
@@ -106,6 +106,4 @@ def inhibitions_yaml(config: Config) -> str:
 
 def with_inhibitions(text: str, config: Config) -> str:
     """The Alertmanager example with its generated block refreshed."""
-    head, _, rest = text.partition(INHIBIT_BEGIN)
-    _, _, tail = rest.partition(INHIBIT_END)
-    return head + INHIBIT_BEGIN + inhibitions_yaml(config) + INHIBIT_END + tail
+    return splice(text, INHIBIT_BEGIN, INHIBIT_END, inhibitions_yaml(config))

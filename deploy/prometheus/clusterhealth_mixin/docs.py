@@ -8,6 +8,7 @@ import dataclasses
 
 from .areas import alerts
 from .config import Config
+from .lib import splice
 
 XID_TABLE_BEGIN = "<!-- BEGIN GENERATED XID TABLE -->\n"
 XID_TABLE_END = "<!-- END GENERATED XID TABLE -->\n"
@@ -30,9 +31,7 @@ def xid_runbook(text: str, config: Config) -> str:
             alert = "none"
         cells = (str(code), f"`{info.name}`", alert, audit[info.severity], info.meaning, info.action)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    head, _, rest = text.partition(XID_TABLE_BEGIN)
-    _, _, tail = rest.partition(XID_TABLE_END)
-    return head + XID_TABLE_BEGIN + "\n".join(rows) + "\n" + XID_TABLE_END + tail
+    return splice(text, XID_TABLE_BEGIN, XID_TABLE_END, "\n".join(rows) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN GENERATED RULES REFERENCE -->\n"
@@ -60,9 +59,7 @@ def reference_markdown(config: Config) -> str:
 
 
 def with_reference(text: str, config: Config) -> str:
-    head, _, rest = text.partition(DOC_BEGIN)
-    _, _, tail = rest.partition(DOC_END)
-    return head + DOC_BEGIN + reference_markdown(config) + DOC_END + tail
+    return splice(text, DOC_BEGIN, DOC_END, reference_markdown(config))
 
 
 INDEX_BEGIN = "<!-- BEGIN GENERATED RUNBOOK INDEX -->\n"
@@ -82,6 +79,4 @@ def runbook_index(config: Config) -> str:
 
 
 def with_runbook_index(text: str, config: Config) -> str:
-    head, _, rest = text.partition(INDEX_BEGIN)
-    _, _, tail = rest.partition(INDEX_END)
-    return head + INDEX_BEGIN + runbook_index(config) + INDEX_END + tail
+    return splice(text, INDEX_BEGIN, INDEX_END, runbook_index(config))

@@ -98,3 +98,13 @@ def quote(record: str, labels: Sequence[str], text: str, fmt: str = "%.2f") -> s
     value = '{{ . | first | value | printf "' + fmt + '" }}'
     body = text.replace("{}", value, 1)
     return f"{{{{ with printf `{record}{{{where}}}` {args} | query }}}}{body}{{{{ end }}}}"
+
+
+def splice(text: str, begin: str, end: str, body: str) -> str:
+    """`text` with what stands between the markers `begin` and `end` replaced by `body`; a file
+    that lost a marker is an error, not a second generated block appended at its end."""
+    head, found_begin, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not (found_begin and found_end):
+        raise ValueError(f"the generated block's markers are missing: {begin.strip()} ... {end.strip()}")
+    return head + begin + body + end + tail
