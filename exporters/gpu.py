@@ -399,10 +399,18 @@ def _field_values(s: NvmlSession, index: int, handle: Any) -> dict[int, FieldVal
         if v.nvmlReturn != pynvml.NVML_SUCCESS:
             s.failed(index, f"nvmlDeviceGetFieldValues({FIELDS[field_id]})", pynvml.NVMLError(v.nvmlReturn))
             continue
-        member = _VALUE_MEMBERS.get(v.valueType)
-        if member is not None and hasattr(v.value, member):
-            out[field_id] = FieldValue(v.valueType, float(getattr(v.value, member)))
+        value = _decoded(v)
+        if value is not None:
+            out[field_id] = FieldValue(v.valueType, value)
     return out
+
+
+def _decoded(answer: Any) -> float | None:
+    """A field value's number, from the union member its type names; None for a type we do not read."""
+    member = _VALUE_MEMBERS.get(answer.valueType)
+    if member is None or not hasattr(answer.value, member):
+        return None
+    return float(getattr(answer.value, member))
 
 
 def recovery_action_of_a_gpu_waiting_for_reset(handle: Any) -> str | None:
@@ -416,10 +424,8 @@ def recovery_action_of_a_gpu_waiting_for_reset(handle: Any) -> str | None:
         (answer,) = pynvml.nvmlDeviceGetFieldValues(handle, [RECOVERY_ACTION_FIELD])
     except pynvml.NVMLError:
         return None
-    member = _VALUE_MEMBERS.get(answer.valueType)
-    if answer.nvmlReturn != pynvml.NVML_SUCCESS or member is None or not hasattr(answer.value, member):
-        return None
-    return recovery_action(int(getattr(answer.value, member)))
+    value = _decoded(answer) if answer.nvmlReturn == pynvml.NVML_SUCCESS else None
+    return None if value is None else recovery_action(int(value))
 
 
 def clock_event_seconds(fields: dict[int, FieldValue]) -> dict[str, float]:
@@ -624,20 +630,8 @@ class GpuCollector:
             reading = read_gpu(s, index, handle, uuid)
             handles[index] = handle
         except GpuGone as gone:
-            reason = f"{gone.call}: {gone.error}"
-            action = None
-            if gone.error == "ResetRequired":
-                action = recovery_action_of_a_gpu_waiting_for_reset(device.handle)
-                if action is not None:
-                    reason += f" (NVML's recovery action: {action})"
-            if self._down.get(index) != reason:
-                log.error(
-                    "GPU %d (%s) is down: %s", index, self.directory.uuid(index) or "uuid unknown", reason
-                )
-            self._down[index] = reason
-            self._gpm_previous.pop(index, None)
-            down = GpuReading(index=index, uuid=self.directory.uuid(index), up=False, down_reason=reason)
-            down.recovery_action = action
+            down = GpuReading(index=index, uuid=self.directory.uuid(index), up=False)
+            self._mark_down(down, gone, device.handle)
             return down
         if index in self._down:
             log.info("GPU %d (%s) answers NVML again", index, uuid)
@@ -754,13 +748,14 @@ class GpuCollector:
         return any(fnmatch.fnmatchcase(reason, pattern) for pattern in self.clocks_event_reasons)
 
     def _mark_down(self, r: GpuReading, gone: GpuGone, handle: Any) -> None:
-        """A GPU that stopped answering after its reading was taken: what it said is dropped,
-        except what NVML says to do about a GPU waiting for a reset."""
+        """A GPU that does not answer (before its reading, or after it was taken): what it said is
+        dropped, except what NVML says to do about a GPU waiting for a reset; logged once a change."""
         reason = f"{gone.call}: {gone.error}"
         action = recovery_action_of_a_gpu_waiting_for_reset(handle) if gone.error == "ResetRequired" else None
         if action is not None:
             reason += f" (NVML's recovery action: {action})"
-        log.error("GPU %d (%s) is down: %s", r.index, r.uuid, reason)
+        if self._down.get(r.index) != reason:
+            log.error("GPU %d (%s) is down: %s", r.index, r.uuid or "uuid unknown", reason)
         self._down[r.index] = reason
         self._gpm_previous.pop(r.index, None)
         r.up, r.down_reason, r.recovery_action = False, reason, action
