@@ -340,7 +340,9 @@ def test_slurm_healthcheck_drains_a_critical_node(tmp_path: Path) -> None:
     calls = run_slurm_healthcheck(tmp_path, config)
     drains = [c for c in calls if c.startswith("scontrol ")]
     assert len(drains) == 1
-    assert drains[0].startswith("scontrol update nodename=gpu-node-17 state=drain reason=clusterhealth: ")
+    # The reason is the verdict's: GPU 7 must be replaced; the line's verdict words stay out of it.
+    reason = "clusterhealth: gpu_ecc_uncorrectable 7: GPU 7: its SRAM uncorrectable ECC errors passed"
+    assert drains[0].startswith(f"scontrol update nodename=gpu-node-17 state=drain reason={reason}")
     assert len(drains[0].split("reason=", 1)[1]) <= 200
 
 

@@ -215,7 +215,9 @@ def test_every_gpu_lost(
         "--kmsg-path",
         empty_node["paths.kmsg"],
     )
-    assert result.returncode == 2 and result.stdout.startswith("CRITICAL: gpu_lost 0: "), result.stdout
+    assert result.returncode == 2 and result.stdout.startswith("unhealthy reboot: CRITICAL: gpu_lost 0: "), (
+        result.stdout
+    )
 
 
 def test_zero_gpus(scrape_in_process: Callable[..., tuple[str, dict[str, Any]]]) -> None:
