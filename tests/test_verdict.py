@@ -56,7 +56,7 @@ from clusterhealth.exporters.infiniband import read_rdma_devices
 from clusterhealth.exporters.netdev import read_netdev_mtus
 from clusterhealth.exporters.nvml_health import NvmlHealth
 
-from .conftest import FIXTURES, ROOT, SCENARIOS, AgentProcess, run_cli, samples, scenario
+from .conftest import FIXTURES, ROOT, SCENARIOS, AgentProcess, run_cli, samples, scenario, value
 from .test_audits import CLUSTER, NOW, h100, healthy_node, lost, xid
 
 WALL = 1_790_000_000.0  # Unix time of the audit, NOW seconds after boot
@@ -624,3 +624,39 @@ def test_the_agent_is_unknown_while_nvml_hangs(
     # The audit still ran on the GPUs as last read: every check OK, yet the verdict is unknown.
     statuses = [v for (n, _), v in samples(text).items() if n == "clusterhealth_check_status"]
     assert statuses and set(statuses) == {0.0}
+
+
+def test_a_fault_in_judging_the_verdict_never_fails_the_scrape(
+    write_scenario: Callable[..., Path], quiet_sysfs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from clusterhealth.agent import config as configuration
+    from clusterhealth.agent import exposition
+    from clusterhealth.agent.collectors import collect_once
+    from clusterhealth.exporters.sim import nvml as nvml_sim
+
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    overrides = {
+        "simulate": str(write_scenario(scenario())),
+        "paths.sysfs": quiet_sysfs,
+        "paths.kmsg": str(kmsg),
+    }
+    node, samplers = collect_once(configuration.load(None, overrides))
+    try:
+
+        def broken(current: object) -> Verdict:
+            raise ZeroDivisionError("a bug")
+
+        # A fault injected where no input reaches: the judging itself.
+        monkeypatch.setattr(exposition, "node_verdict", broken)
+        text = exposition.Exposition(lambda: samplers).render().decode()
+        assert verdict_series(text) == [({"state": "unknown", "action": "none"}, 1.0)]
+        assert value(text, "clusterhealth_gpu_up", gpu="1") == 1  # the rest of the scrape is there
+        assert "could not be judged: ZeroDivisionError: a bug" in caplog.text
+        monkeypatch.undo()
+        again = exposition.Exposition(lambda: samplers).render().decode()
+        assert verdict_series(again) == [({"state": "healthy", "action": "none"}, 1.0)]
+    finally:
+        node.close()
+        nvml_sim.uninstall()
