@@ -41,7 +41,7 @@ from enum import IntEnum
 from typing import Any
 
 from clusterhealth.checks.audit_collector import AuditRun
-from clusterhealth.checks.audits import CheckResult, Observations, Status, worst
+from clusterhealth.checks.audits import CheckResult, Observations, Status
 from clusterhealth.checks.audits.gpu_health import recent_xids, xid_status
 from clusterhealth.checks.kernel_watch import SeenEvent
 from clusterhealth.checks.policy import Policy
@@ -366,7 +366,7 @@ def _missing(missing: Iterable[Missing]) -> list[Evidence]:
 
 
 def _verdict(evidence: list[Evidence], checks: int) -> Verdict:
-    status = worst(CheckResult("", "", e.status, "") for e in evidence)
+    status = max((e.status for e in evidence), key=lambda s: s.rank, default=Status.OK)
     ranked = tuple(sorted(evidence, key=lambda e: (-e.status.rank, -e.action, SOURCES.index(e.source))))
     deciding = [e for e in ranked if e.status == status]
     # An UNKNOWN finding asks for nothing (_finding), so an unknown node's action is none.
