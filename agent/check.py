@@ -6,6 +6,11 @@ node-problem-detector's custom plugins read 0 as OK, 1 as a problem and anything
 
 With job attribution on (`collectors.jobs`), each finding about a GPU names the workload on it: a
 JOB column in the table, `jobs` in the JSON, and the job in the one line.
+
+Every output carries the node's verdict (checks/verdict.py, docs/remediation.md): the JSON's
+`verdict` object, the line's first two words (`unhealthy reboot: CRITICAL: gpu_lost 6: ...`, the
+finding named being the verdict's reason), the table's last line. With `--only` it is the verdict of
+the checks selected, as the exit code is their status.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from dataclasses import dataclass
 from clusterhealth.agent import collectors
 from clusterhealth.agent import config as configuration
 from clusterhealth.checks.audit_collector import AuditCollector, AuditRun
-from clusterhealth.checks.audits import CheckResult, Status, by_precedence, worst
+from clusterhealth.checks.audits import CheckResult, Status, worst
+from clusterhealth.checks.verdict import Evidence, Missing, Verdict, decide_run
 from clusterhealth.exporters.jobs.attribution import Attribution, Workload
 
 NPD_EXIT = {Status.OK: 0, Status.WARNING: 0, Status.CRITICAL: 1, Status.UNKNOWN: 2}
@@ -32,7 +38,7 @@ class CheckRun:
     jobs: Attribution | None
     jobs_unknown: str = ""
 
-    def workloads(self, result: CheckResult) -> list[Workload] | None:
+    def workloads(self, result: CheckResult | Evidence) -> list[Workload] | None:
         """The workloads on the GPU a result is about; None for a result about no GPU or when
         attribution is off."""
         if self.jobs is None or not result.check.startswith("gpu_") or not result.subject.isdigit():
@@ -63,14 +69,20 @@ def run_check(
     config: configuration.Config, output: str, exit_codes: str, only: str | None, show_ok: bool
 ) -> int:
     run = collect_once(config)
-    results = [r for r in run.audit.results if only is None or re.fullmatch(only, r.check)]
+
+    def selected(result: CheckResult) -> bool:
+        return only is None or re.fullmatch(only, result.check) is not None
+
+    results = [r for r in run.audit.results if selected(r)]
+    # A collector that could not deliver left its checks UNKNOWN in the results: they say it.
+    verdict = decide_run(run.audit, keep=selected)
     status = worst(results)
     if output == "json":
-        print(json.dumps(_as_json(results, status, run), indent=2))
+        print(json.dumps(_as_json(results, status, run, verdict), indent=2))
     elif output == "line":
-        print(summary_line(results, status, run))
+        print(summary_line(results, status, verdict, run))
     else:
-        print(table(results, status, show_ok, run))
+        print(table(results, status, show_ok, verdict, run))
     return NPD_EXIT[status] if exit_codes == "npd" else status
 
 
@@ -89,20 +101,34 @@ def jobs_text(workloads: list[Workload] | None) -> str:
     return ",".join(names)
 
 
-def summary_line(results: list[CheckResult], status: Status, run: CheckRun | None = None) -> str:
-    """One line: the status and the worst problem, as a Slurm drain reason or an NPD message."""
-    problems = by_precedence(r for r in results if r.status != Status.OK)
-    if not problems:
-        return f"OK: {len(results)} checks passed"
-    first = problems[0]
-    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+def verdict_words(verdict: Verdict) -> str:
+    """`unhealthy reboot`: the verdict's state and action, as the line begins."""
+    return f"{verdict.state} {verdict.action.label}"
+
+
+def summary_line(
+    results: list[CheckResult], status: Status, verdict: Verdict, run: CheckRun | None = None
+) -> str:
+    """One line, as a Slurm drain reason or an NPD message: the verdict, the status and the
+    verdict's reason (worst status first, then heaviest action, then NVML, Xid, other checks)."""
+    first = verdict.reason
+    if first is None:
+        return f"{verdict_words(verdict)}: OK: {len(results)} checks passed"
+    more = f" (+{len(verdict.evidence) - 1} more)" if len(verdict.evidence) > 1 else ""
     jobs = jobs_text(run.workloads(first)) if run is not None else ""
     on = f" [job {jobs}]" if jobs and jobs != "-" else ""
-    return f"{status.name}: {first.check} {first.subject}{on}: {first.message}{more}"
+    return f"{verdict_words(verdict)}: {status.name}: {first.about}{on}: {first.message}{more}"
 
 
-def table(results: list[CheckResult], status: Status, show_ok: bool, run: CheckRun | None = None) -> str:
-    rows = by_precedence(r for r in results if show_ok or r.status != Status.OK)
+def table(
+    results: list[CheckResult], status: Status, show_ok: bool, verdict: Verdict, run: CheckRun | None = None
+) -> str:
+    # The verdict's evidence in its order (worst status, heaviest action first), then what passed.
+    rank = {(e.check, e.subject): n for n, e in enumerate(verdict.evidence)}
+    rows = sorted(
+        (r for r in results if show_ok or r.status != Status.OK),
+        key=lambda r: rank.get((r.check, r.subject), len(rank)),
+    )
     lines = []
     attribution = run is not None and run.jobs is not None
     if rows:
@@ -123,11 +149,15 @@ def table(results: list[CheckResult], status: Status, show_ok: bool, run: CheckR
     tally = ", ".join(
         f"{counts[name]} {name}" for name in ("critical", "warning", "unknown", "ok") if counts[name]
     )
-    lines.append(f"clusterhealth check: {status.name} ({tally or 'no checks'})")
+    lines.append(
+        f"clusterhealth check: {status.name} ({tally or 'no checks'}); verdict: {verdict_words(verdict)}"
+    )
     return "\n".join(lines)
 
 
-def _as_json(results: list[CheckResult], status: Status, run: CheckRun) -> dict[str, object]:
+def _as_json(
+    results: list[CheckResult], status: Status, run: CheckRun, verdict: Verdict
+) -> dict[str, object]:
     def entry(r: CheckResult) -> dict[str, object]:
         out: dict[str, object] = {
             "check": r.check,
@@ -152,7 +182,8 @@ def _as_json(results: list[CheckResult], status: Status, run: CheckRun) -> dict[
     return {
         "status": status.name,
         "exit_code": int(status),
-        "summary": summary_line(results, status, run),
+        "summary": summary_line(results, status, verdict, run),
+        "verdict": verdict.as_json(),
         "results": [entry(r) for r in results],
     }
 
@@ -163,5 +194,12 @@ def main_check(
     try:
         return run_check(config, output, exit_codes, only, show_ok)
     except Exception as err:  # a crashed check is UNKNOWN, never a silent OK
-        print(f"UNKNOWN: clusterhealth check failed: {type(err).__name__}: {err}")
+        why = f"clusterhealth check failed: {type(err).__name__}: {err}"
+        verdict = decide_run(None, [Missing("audit", f"did not run: {why}")])
+        line = f"{verdict_words(verdict)}: UNKNOWN: {why}"
+        if output == "json":
+            report = {"status": "UNKNOWN", "exit_code": int(Status.UNKNOWN), "summary": line}
+            print(json.dumps({**report, "verdict": verdict.as_json(), "results": []}, indent=2))
+        else:
+            print(line)
         return NPD_EXIT[Status.UNKNOWN] if exit_codes == "npd" else Status.UNKNOWN

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         dest="output",
         choices=("table", "json", "line"),
-        help="table (default), json, or one line",
+        help="table (default), json, or one line led by the node's verdict (state and action)",
     )
     check.add_argument(
         "--exit-codes",

@@ -19,12 +19,14 @@ from typing import Literal, get_type_hints
 from clusterhealth.agent.config import CollectorSettings, Config, node_name
 from clusterhealth.agent.node import Node
 from clusterhealth.agent.sampling import Sampler
+from clusterhealth.agent.sampling import Status as SamplerStatus
 from clusterhealth.checks.audit_collector import AuditCollector
 from clusterhealth.checks.fabric.rounds import GroupRounds
 from clusterhealth.checks.kernel_watch import KernelLogCollector
 from clusterhealth.checks.probes.collector import ProbeRunner, ProbeService
 from clusterhealth.checks.probes.pipeline import Pipeline
 from clusterhealth.checks.probes.transport import NodeLinks, read_node_links
+from clusterhealth.checks.verdict import Missing, Verdict, decide_run
 from clusterhealth.exporters.base import Collector, FamilySelection
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.jobs.collector import JobsCollector
@@ -329,6 +331,31 @@ class Collectors:
             sampler.join(deadline)
 
 
+def verdict_inputs() -> tuple[str, ...]:
+    """The collectors the verdict reads: the audit, and what the audit reads (its `after`)."""
+    (audit,) = [entry for entry in COLLECTORS if entry.name == "audit"]
+    return (audit.name, *audit.after)
+
+
+def node_verdict(current: Sequence[tuple[Sampler, SamplerStatus]]) -> Verdict:
+    """The node's verdict from the audit's last run, unknown while one of `verdict_inputs` cannot
+    deliver: a hung gpu collector leaves the audit judging the GPUs as they were before it hung."""
+    inputs = verdict_inputs()
+    run, missing = None, []
+    for sampler, status in current:
+        if sampler.name not in inputs:
+            continue
+        if sampler.name == "audit" and isinstance(sampler.collector, AuditCollector):
+            run = sampler.collector.last
+        if status.pending:
+            missing.append(Missing(sampler.name, "has not finished its first run"))
+        elif not status.success:
+            missing.append(Missing(sampler.name, f"is failing: {status.reason}"))
+    if not any(sampler.name == "audit" for sampler, _ in current):
+        missing.append(Missing("audit", "is switched off (collectors.audit.enabled)"))
+    return decide_run(run, missing)
+
+
 def collect_once(config: Config, only: Collection[str] | None = None) -> tuple[Node, Sequence[Sampler]]:
     """For `scrape` and `check`: a node, and its collectors run once. The caller closes the node."""
     node = Node(config, one_shot=True)
@@ -338,4 +365,14 @@ def collect_once(config: Config, only: Collection[str] | None = None) -> tuple[N
     return node, collectors.active
 
 
-__all__ = ["COLLECTORS", "NAMES", "Collectors", "Entry", "collect_once", "collectors_markdown", "node_links"]
+__all__ = [
+    "COLLECTORS",
+    "NAMES",
+    "Collectors",
+    "Entry",
+    "collect_once",
+    "collectors_markdown",
+    "node_links",
+    "node_verdict",
+    "verdict_inputs",
+]

@@ -9,14 +9,20 @@ every second re-renders only its own few series.
 from __future__ import annotations
 
 import gzip
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from clusterhealth.agent import __version__
+from clusterhealth.agent.collectors import node_verdict
 from clusterhealth.agent.sampling import Sampler, Status
+from clusterhealth.checks.verdict import Missing, Verdict, VerdictClock, decide_run
+
+log = logging.getLogger("clusterhealth.agent")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -29,6 +35,22 @@ class _Families:
 
     def collect(self) -> list[Metric]:
         return self._families
+
+
+def verdict_families(verdict: Verdict, since: float) -> list[Metric]:
+    """The node's verdict, one series (docs/remediation.md), and when it began."""
+    family = GaugeMetricFamily(
+        "clusterhealth_node_verdict",
+        "The node's verdict: its state and the recommended action, value 1 (docs/remediation.md).",
+        labels=["state", "action"],
+    )
+    family.add_metric([verdict.state, verdict.action.label], 1.0)
+    began = GaugeMetricFamily(
+        "clusterhealth_node_verdict_since_timestamp_seconds",
+        "When the current verdict (state and action) began, as this agent saw it (Unix time).",
+    )
+    began.add_metric([], since)
+    return [family, began]
 
 
 def meta_families(statuses: Sequence[Status], node_name: str | None = None) -> list[Metric]:
@@ -77,6 +99,8 @@ class Exposition:
         self._parts: dict[int, tuple[object, bytes]] = {}  # id(sampler) -> (its key, its text)
         self._text = b""
         self._gzipped: bytes | None = None
+        self._clock = VerdictClock()
+        self._verdict_error: str | None = None  # said once
 
     def render(self, gzipped: bool = False, wait: bool = True) -> bytes:
         """The exposition of the latest snapshots.
@@ -111,7 +135,10 @@ class Exposition:
             return self._gzipped
 
     def _render(self, current: list[tuple[Sampler, Status]], node_name: str | None) -> bytes:
-        parts = [generate_latest(_Families(meta_families([status for _, status in current], node_name)))]
+        verdict = self._verdict(current)
+        meta = meta_families([status for _, status in current], node_name)
+        meta += verdict_families(verdict, self._clock.since(verdict, time.time()))
+        parts = [generate_latest(_Families(meta))]
         fresh: dict[int, tuple[object, bytes]] = {}
         for sampler, status in current:
             part_key = _part_key(sampler, status)
@@ -122,6 +149,21 @@ class Exposition:
             parts.append(cached[1])
         self._parts = fresh
         return b"".join(parts)
+
+    def _verdict(self, current: list[tuple[Sampler, Status]]) -> Verdict:
+        """The node's verdict; a fault in judging it makes it unknown, never the scrape fail."""
+        try:
+            verdict = node_verdict(current)
+        except Exception as err:
+            why = f"could not be judged: {type(err).__name__}: {err}"
+            if why != self._verdict_error:
+                log.exception("the node's verdict %s", why)
+            self._verdict_error = why
+            return decide_run(None, [Missing("audit", why)])
+        if self._verdict_error is not None:
+            log.info("the node's verdict is judged again")
+        self._verdict_error = None
+        return verdict
 
     def refresh(self) -> None:
         """Render now (both encodings), ahead of the next scrape."""

@@ -65,7 +65,12 @@ def start_fault_agent(
             {
                 "collectors": {
                     "gpu": {"interval_seconds": 1, "timeout_seconds": 2},
-                    "kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 5000},
+                    "kernel_log": {
+                        "interval_seconds": 0.5,
+                        "max_records_per_cycle": 5000,
+                        # The records read are opt-in; the flood's note counts them.
+                        "include_metrics": ["clusterhealth_kernel_log_records_total"],
+                    },
                 }
             }
         )

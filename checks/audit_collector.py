@@ -29,6 +29,10 @@ class AuditRun:
     results: list[CheckResult]
     firmware: list[tuple[str, str, str]]
     finished_at: float  # wall clock
+    # What the results judged, with which policy: the verdict (checks/verdict.py) reads the GPUs
+    # and Xids behind each result from it.
+    observations: Observations
+    policy: Policy
 
 
 class AuditCollector:
@@ -55,23 +59,21 @@ class AuditCollector:
         except OSError as err:
             log.debug("interface MTUs unreadable: %s", err)
             mtus = None
-        results = run_audits(
-            self.policy,
-            Observations.of(
-                gpus=gpu.readings if gpu is not None else None,
-                driver_version=gpu.driver_version if gpu is not None else None,
-                rdma=rdma,
-                netdev_mtus=mtus,
-                kernel_events=events,
-                now_boot_seconds=time.monotonic(),
-                gpus_unreadable=gpus_unreadable,
-                kernel_events_unreadable=events_unreadable,
-            ),
+        observations = Observations.of(
+            gpus=gpu.readings if gpu is not None else None,
+            driver_version=gpu.driver_version if gpu is not None else None,
+            rdma=rdma,
+            netdev_mtus=mtus,
+            kernel_events=events,
+            now_boot_seconds=time.monotonic(),
+            gpus_unreadable=gpus_unreadable,
+            kernel_events_unreadable=events_unreadable,
         )
+        results = run_audits(self.policy, observations)
         inventory = firmware_inventory(
             gpu.readings if gpu else None, gpu.driver_version if gpu else None, rdma
         )
-        self.last = AuditRun(results, inventory, time.time())
+        self.last = AuditRun(results, inventory, time.time(), observations, self.policy)
         return self.last
 
     def _rdma(self) -> list[RdmaDevice] | None:

@@ -50,6 +50,11 @@ class XidInfo:
     meaning: str
     severity: Severity
     action: str
+    immediate: str = ""
+    """NVIDIA's resolution bucket for the code, its catalog's "immediate action" (RESTART_APP,
+    RESET_GPU, RESTART_BM, WORKFLOW_XID_48, IGNORE, ...), which checks/verdict.py turns into the
+    node's recommended action; empty for an SXid (Fabric Manager's guide has no buckets) and an
+    unknown code."""
     known: bool = True
     """False for the placeholder `describe` returns for a code missing from the catalog."""
 
@@ -64,6 +69,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "that work.",
         "warning",
         "Restart the application; if the same GPU keeps doing it, open a support case.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         13,
@@ -73,6 +79,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "warning",
         "Restart the job and debug the application (compute-sanitizer). If the same SM/TPC/GPC "
         "faults across different jobs, run DCGM diagnostics, then NVIDIA's field diagnostics.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         31,
@@ -82,6 +89,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "warning",
         "Restart the job and check its memory accesses; if known-good code faults on one GPU "
         "only, test that GPU with DCGM diagnostics.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         32,
@@ -90,6 +98,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "warning",
         "Restart the application and check the application/CUDA stack; repeats with good software "
         "point at PCIe or memory corruption (look for AER errors).",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         43,
@@ -99,6 +108,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "info",
         "Nothing to do on the node; the application must handle its error. Open a support case "
         "only if it recurs with known-good software.",
+        immediate="IGNORE",
     ),
     XidInfo(
         45,
@@ -109,6 +119,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Act on the Xid logged just before it on the same GPU, if any. Alone it usually follows a "
         "killed job; NVIDIA's catalog suggests restarting Fabric Manager if it keeps appearing alone "
         "on an NVSwitch system.",
+        immediate="WORKFLOW_XID_45",
     ),
     XidInfo(
         46,
@@ -116,6 +127,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "The GPU timed out and stopped processing work.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
     XidInfo(
         48,
@@ -126,6 +138,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Drain the GPU and restart its jobs; reset the GPU so the page retirement or row remap "
         "takes effect, then check nvidia-smi -q -d ECC,ROW_REMAPPER. Replace the GPU if the remap "
         "fails or the errors return (NVIDIA's Xid 48 workflow).",
+        immediate="WORKFLOW_XID_48",
     ),
     XidInfo(
         61,
@@ -135,6 +148,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "stops working.",
         "critical",
         "Reset the GPU and report the event to NVIDIA support.",
+        immediate="CONTACT_SUPPORT",
     ),
     XidInfo(
         62,
@@ -142,6 +156,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "An internal micro-controller (PMU) on the GPU halted.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
     XidInfo(
         63,
@@ -153,6 +168,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Reset the GPU when its jobs end (at the next maintenance) so the pending remap is applied; "
         "confirm with nvidia-smi -q -d ROW_REMAPPER. NVIDIA's catalog asks for no immediate action: "
         "the remap itself succeeded.",
+        immediate="IGNORE",
     ),
     XidInfo(
         64,
@@ -160,6 +176,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "The GPU could not record a page retirement or row remap, so failing memory could not be fenced off.",
         "critical",
         "Drain and reset the GPU; if it happens again the GPU needs replacing (open a support case).",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         68,
@@ -167,6 +184,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Exception in the NVDEC0 video decode engine.",
         "warning",
         "Restart the application; open a support case if it recurs.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         69,
@@ -175,6 +193,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "or library bug.",
         "warning",
         "Restart the application and check the application/CUDA stack.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         74,
@@ -185,6 +204,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Drain; check link state and error counters (nvidia-smi nvlink -s, -e); reset the GPU, and "
         "on NVSwitch systems the switches, following NVIDIA's NVLink workflow. If the same link "
         "fails again, have the GPU board or cabling serviced.",
+        immediate="WORKFLOW_NVLINK_ERR",
     ),
     XidInfo(
         79,
@@ -193,6 +213,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "critical",
         "Drain and reboot the node (a GPU reset is not enough). Check PCIe AER errors on the "
         "upstream port, power and cooling; replace the GPU or riser if it recurs.",
+        immediate="RESTART_BM",
     ),
     XidInfo(
         92,
@@ -202,6 +223,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "warning",
         "No immediate action is needed for running jobs; schedule a check of the GPU's ECC and "
         "row-remap counters and open a support case (NVIDIA's investigatory action).",
+        immediate="IGNORE",
     ),
     XidInfo(
         94,
@@ -211,6 +233,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "warning",
         "Restart the affected jobs (NVIDIA's immediate action). The bad row is remapped only after a "
         "GPU reset: reset it when its jobs end and check nvidia-smi -q -d ROW_REMAPPER.",
+        immediate="RESTART_APP",
     ),
     XidInfo(
         95,
@@ -219,6 +242,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "been affected.",
         "critical",
         "Drain and reset the GPU now; replace it if the error returns.",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         109,
@@ -226,6 +250,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "A context switch on the GPU timed out.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
     XidInfo(
         110,
@@ -233,6 +258,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "The GPU raised a security fault.",
         "critical",
         "Drain and reset the GPU; check that driver and firmware versions match NVIDIA's support matrix.",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         119,
@@ -241,6 +267,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "critical",
         "Drain and reset the GPU (reboot if that fails); if it recurs, update the driver or "
         "investigate driver/firmware with NVIDIA.",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         120,
@@ -249,6 +276,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "critical",
         "Drain and reset the GPU (reboot if that fails); if it recurs, update the driver or "
         "investigate driver/firmware with NVIDIA.",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         121,
@@ -256,6 +284,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "Error on the chip-to-chip (C2C) link between the Grace CPU and the GPU.",
         "warning",
         "NVIDIA lists no immediate action; open a support case if it recurs.",
+        immediate="IGNORE",
     ),
     XidInfo(
         123,
@@ -264,6 +293,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "code as unused on Ampere and newer.",
         "warning",
         "Reset the GPU and report it to NVIDIA support (earlier Xid table).",
+        immediate="CONTACT_SUPPORT",
     ),
     XidInfo(
         136,
@@ -272,6 +302,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "critical",
         "Drain and reset the GPU; if the link fails again, investigate its signal integrity "
         "(connectors, cables, board).",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         137,
@@ -279,6 +310,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "NVLink (fabric address) privilege error: an access over NVLink was refused.",
         "warning",
         "NVIDIA lists no immediate action; investigate with its Xid 137 flow if it recurs.",
+        immediate="IGNORE",
     ),
     XidInfo(
         140,
@@ -286,6 +318,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "An uncorrectable ECC error escaped containment and could not be recovered.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
     XidInfo(
         143,
@@ -293,6 +326,7 @@ _XIDS: tuple[XidInfo, ...] = (
         "The GPU failed to initialize.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
 )
 
@@ -316,6 +350,9 @@ _NVLINK5_UNITS = {
     149: ("NETIR", "NVLINK_NETIR_ERROR"),
     150: ("MSE", "NVLINK_MSE_ERROR"),
 }
+# The bucket of a code whose decode items all share one (147 and 148: IGNORE; 150: RESET_GPU);
+# the others keep the catalog's WORKFLOW_NVLINK5_ERR: the code alone does not say.
+_NVLINK5_BUCKET = {147: "IGNORE", 148: "IGNORE", 150: "RESET_GPU"}
 _NVLINK5_LEVEL: dict[int, tuple[Severity, str]] = {
     **dict.fromkeys(
         (144, 145, 146, 149),
@@ -348,6 +385,7 @@ _NVLINK5 = tuple(
         "and carries the interrupt status that NVIDIA's decode table interprets.",
         _NVLINK5_LEVEL[code][0],
         _NVLINK5_LEVEL[code][1],
+        immediate=_NVLINK5_BUCKET.get(code, "WORKFLOW_NVLINK5_ERR"),
     )
     for code, (unit, name) in _NVLINK5_UNITS.items()
 )
@@ -360,6 +398,7 @@ _LATER = (
         "drain and reset) because of another Xid; the message gives the old and new action.",
         "critical",
         "Carry out the new recovery action the message names; the cause is the Xid logged just before it.",
+        immediate="XID_154",
     ),
     XidInfo(
         155,
@@ -367,6 +406,7 @@ _LATER = (
         "NVLink error raised by driver software.",
         "critical",
         "Drain and reset the GPU; if it recurs, investigate the software stack and the job.",
+        immediate="RESET_GPU",
     ),
     XidInfo(
         158,
@@ -374,6 +414,7 @@ _LATER = (
         "A fatal timeout inside the GPU.",
         "critical",
         _RESET,
+        immediate="RESET_GPU",
     ),
 )
 

@@ -200,7 +200,13 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
             kmsg.touch()
             if kernel_log:
                 _kmsg(kmsg, kernel_log)
-            procfs = ["--procfs-root", str(gpu_proc)] if node == "gpu" else []
+            extra = ["--procfs-root", str(gpu_proc)] if node == "gpu" else []
+            if node == "healthy":
+                # The Prolog's mapping directory of a Slurm node with no job running: a second
+                # attribution source beside the cgroups, so the conflict count (which takes two)
+                # is exported for the Jobs dashboard.
+                (tmp / "healthy-jobs").mkdir()
+                extra += ["--job-mapping-dir", str(tmp / "healthy-jobs")]
             agents[node] = AgentProcess(
                 [
                     "--config",
@@ -211,7 +217,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
                     str(sysfs),
                     "--kmsg-path",
                     str(kmsg),
-                    *procfs,
+                    *extra,
                 ]
             )
         instances = {node: agent.url.removeprefix("http://") for node, agent in agents.items()}

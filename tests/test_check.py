@@ -71,7 +71,7 @@ def test_json_output_lists_every_result() -> None:
     assert by_key[("rdma_port_state", "mlx5_3/1")]["status"] == "CRITICAL"
     assert "Polling" in by_key[("rdma_port_state", "mlx5_3/1")]["message"]
     assert by_key[("gpu_lost", "0")]["status"] == "OK"
-    assert report["summary"].startswith("CRITICAL: ")
+    assert report["summary"].startswith("unhealthy replace: CRITICAL: ")
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +101,11 @@ def test_each_gpu_finding_names_the_job_on_its_gpu(job_node: list[str], tmp_path
     assert by_key[("gpu_pcie_link", "1")]["jobs"] == [job]
     assert by_key[("gpu_lost", "0")]["jobs"] == [job]
     assert "jobs" not in by_key[("rdma_port_state", "mlx5_3/1")]
+    # The line names the verdict's reason: GPU 7 must be replaced.
     line = check("--format", "line", "--only", "gpu_.*", *job_node).stdout.strip()
-    assert line.startswith("CRITICAL: gpu_pcie_link 1 [job slurm:817304]: GPU 1 "), line
+    assert line.startswith(
+        "unhealthy replace: CRITICAL: gpu_ecc_uncorrectable 7 [job slurm:817304]: GPU 7"
+    ), line
     # Attribution off: no job column, no jobs in the JSON.
     off = check(*job_node, config={"collectors": {"jobs": {"enabled": False}}}, tmp_path=tmp_path)
     assert off.stdout.splitlines()[0].split() == ["STATUS", "CHECK", "SUBJECT", "MESSAGE"]
@@ -143,7 +146,7 @@ def test_without_nvml_the_gpu_checks_are_unknown(quiet_node: dict[str, str]) -> 
         pytest.skip("this machine has a real NVIDIA driver")
     result = check("--format", "line", "--sysfs-root", quiet_node["sysfs"], "--kmsg-path", quiet_node["kmsg"])
     assert result.returncode == 3, result.stdout
-    assert result.stdout.startswith("UNKNOWN: gpu_")
+    assert result.stdout.startswith("unknown none: UNKNOWN: gpu_")
 
 
 def test_unreadable_kernel_log_makes_the_xid_check_unknown(quiet_node: dict[str, str]) -> None:
@@ -180,7 +183,7 @@ def test_recent_critical_xid_in_the_kernel_log_is_critical(
         str(kmsg),
     )
     assert result.returncode == 2, result.stdout
-    assert result.stdout.startswith("CRITICAL: gpu_xid 6: ")
+    assert result.stdout.startswith("unhealthy reboot: CRITICAL: gpu_xid 6: ")
     assert "79" in result.stdout
 
 
@@ -206,9 +209,9 @@ def test_the_first_line_names_the_critical_problem_before_an_unknown(tmp_path: P
     )
     assert result.returncode == (2 if exit_codes == "nagios" else 1)
     assert result.stdout.splitlines()[0] == (
-        "CRITICAL: rdma_port_state mlx5_3/1: mlx5_3 port 1 (ibp94s0) is DOWN, physical state Polling; "
-        "expected ACTIVE, LinkUp: no link partner answers: check the cable, the transceiver and the "
-        "switch port (+1 more)"
+        "unhealthy inspect: CRITICAL: rdma_port_state mlx5_3/1: mlx5_3 port 1 (ibp94s0) is DOWN, "
+        "physical state Polling; expected ACTIVE, LinkUp: no link partner answers: check the cable, "
+        "the transceiver and the switch port (+1 more)"
     )
 
 
@@ -337,7 +340,9 @@ def test_slurm_healthcheck_drains_a_critical_node(tmp_path: Path) -> None:
     calls = run_slurm_healthcheck(tmp_path, config)
     drains = [c for c in calls if c.startswith("scontrol ")]
     assert len(drains) == 1
-    assert drains[0].startswith("scontrol update nodename=gpu-node-17 state=drain reason=clusterhealth: ")
+    # The reason is the verdict's: GPU 7 must be replaced; the line's verdict words stay out of it.
+    reason = "clusterhealth: gpu_ecc_uncorrectable 7: GPU 7: its SRAM uncorrectable ECC errors passed"
+    assert drains[0].startswith(f"scontrol update nodename=gpu-node-17 state=drain reason={reason}")
     assert len(drains[0].split("reason=", 1)[1]) <= 200
 
 

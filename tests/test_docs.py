@@ -42,6 +42,7 @@ def test_the_metrics_page_lists_every_metric_the_agent_exports(tmp_path: Path) -
     exported = {name for name, _ in samples(golden)} | {
         "clusterhealth_scrape_collector_duration_seconds",
         "clusterhealth_check_last_run_timestamp_seconds",
+        "clusterhealth_node_verdict_since_timestamp_seconds",
         "clusterhealth_probe_last_run_timestamp_seconds",
         "clusterhealth_probe_duration_seconds",
     }

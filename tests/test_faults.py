@@ -215,7 +215,9 @@ def test_every_gpu_lost(
         "--kmsg-path",
         empty_node["paths.kmsg"],
     )
-    assert result.returncode == 2 and result.stdout.startswith("CRITICAL: gpu_lost 0: "), result.stdout
+    assert result.returncode == 2 and result.stdout.startswith("unhealthy reboot: CRITICAL: gpu_lost 0: "), (
+        result.stdout
+    )
 
 
 def test_zero_gpus(scrape_in_process: Callable[..., tuple[str, dict[str, Any]]]) -> None:
@@ -470,7 +472,15 @@ def test_kernel_log_garbage_floods_and_truncation_leave_the_agent_serving(
     config = tmp_path / "clusterhealth.yaml"
     config.write_text(
         yaml.safe_dump(
-            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 5000}}}
+            {
+                "collectors": {
+                    "kernel_log": {
+                        "interval_seconds": 0.5,
+                        "max_records_per_cycle": 5000,
+                        "include_metrics": ["clusterhealth_kernel_log_records_total"],
+                    }
+                }
+            }
         )
     )
     agent = agent_process(
@@ -513,7 +523,10 @@ def test_a_kernel_log_source_that_closes(
     os.mkfifo(fifo)
     keep_open = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # so the agent's open does not wait
     config = tmp_path / "clusterhealth.yaml"
-    config.write_text(yaml.safe_dump({"collectors": {"kernel_log": {"interval_seconds": 0.5}}}))
+    records = ["clusterhealth_kernel_log_records_total"]
+    config.write_text(
+        yaml.safe_dump({"collectors": {"kernel_log": {"interval_seconds": 0.5, "include_metrics": records}}})
+    )
     agent = agent_process(
         "--config",
         str(config),

@@ -199,6 +199,7 @@ def _record_a_meeting(state_dir: Path) -> None:
 # The series the golden file leaves out (they change from run to run).
 TIMING = {
     "clusterhealth_check_last_run_timestamp_seconds",
+    "clusterhealth_node_verdict_since_timestamp_seconds",
     "clusterhealth_probe_last_run_timestamp_seconds",
     "clusterhealth_probe_duration_seconds",
 }
@@ -212,6 +213,7 @@ def comparable(exposition: str) -> list[str]:
             (
                 "clusterhealth_scrape_collector_duration_seconds{",
                 "clusterhealth_check_last_run_timestamp_seconds{",
+                "clusterhealth_node_verdict_since_timestamp_seconds ",
                 "clusterhealth_probe_last_run_timestamp_seconds{",
                 "clusterhealth_probe_duration_seconds{",
             )
@@ -319,6 +321,7 @@ def test_golden_metric_names_follow_prometheus_conventions(faulty_exposition: st
         "clusterhealth_gpu_fabric_degraded",
         "clusterhealth_scrape_collector_success",
         "clusterhealth_check_status",
+        "clusterhealth_node_verdict",
         "clusterhealth_rdma_port_state_id",
         "clusterhealth_rdma_port_physical_state_id",
         "clusterhealth_rdma_port_pma_saturated",

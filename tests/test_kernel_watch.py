@@ -31,10 +31,16 @@ def write_kmsg(path: Path, messages: list[str], usec: int = 5_678_901) -> Path:
     return path
 
 
+# The records read are opt-in (collectors.kernel_log.include_metrics); these tests count them.
+RECORDS = {"include_metrics": ["clusterhealth_kernel_log_records_total"]}
+
+
 def scrape(tmp_path: Path, data: dict[str, Any], kmsg: Path) -> str:
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
-    result = run_cli("scrape", "--simulate", str(path), "--kmsg-path", str(kmsg))
+    config = tmp_path / "records.yaml"
+    config.write_text(yaml.safe_dump({"collectors": {"kernel_log": RECORDS}}))
+    result = run_cli("scrape", "--config", str(config), "--simulate", str(path), "--kmsg-path", str(kmsg))
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -123,7 +129,11 @@ def test_agent_reading_a_flood_keeps_serving(
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
-            {"collectors": {"kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 20_000}}}
+            {
+                "collectors": {
+                    "kernel_log": {"interval_seconds": 0.5, "max_records_per_cycle": 20_000, **RECORDS}
+                }
+            }
         )
     )
     agent = agent_process(
@@ -189,7 +199,10 @@ def test_a_lost_gpu_is_critical_in_check_whatever_the_kernel_log_holds(tmp_path:
     report = json.loads(result.stdout)
     statuses = {(r["check"], r["subject"]): r["status"] for r in report["results"]}
     assert statuses[("gpu_lost", "1")] == "CRITICAL"
-    assert report["summary"].startswith("CRITICAL: gpu_lost 1: ")
+    # The lost GPU and its Xid 79 both ask for a reboot; the Xid comes first (the catalog before the checks).
+    assert report["summary"].startswith("unhealthy reboot: CRITICAL: gpu_xid 0000:91:00.0: ")
+    evidence = {(e["check"], e["subject"]): e["action"] for e in report["verdict"]["evidence"]}
+    assert evidence[("gpu_lost", "1")] == "reboot"
     # The Xid 79 line after the absurd record is counted (under the bus id: a lost GPU tells NVML none).
     xids = [r for r in report["results"] if r["check"] == "gpu_xid" and r["status"] == "CRITICAL"]
     assert len(xids) == 1 and "Xid 79" in xids[0]["message"] and "1 Xid event" in xids[0]["message"]

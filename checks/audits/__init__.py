@@ -32,7 +32,6 @@ from clusterhealth.checks.audits.status import (
     WARNING,
     CheckResult,
     Status,
-    by_precedence,
     worst,
 )
 from clusterhealth.checks.policy import CHECK_NAMES, Policy
@@ -169,7 +168,6 @@ __all__ = [
     "CheckResult",
     "Observations",
     "Status",
-    "by_precedence",
     "checks_markdown",
     "firmware_inventory",
     "run_audits",

@@ -194,22 +194,37 @@ def gpu_recovery_action(policy: Policy, obs: Observations) -> list[CheckResult]:
 _XID_STATUS = {"critical": Status.CRITICAL, "warning": Status.WARNING, "info": Status.OK}
 
 
+def xid_status(event: SeenEvent) -> Status:
+    """What one Xid makes `gpu_xid`: its catalog severity as a status."""
+    return _XID_STATUS[describe(event.code or 0).severity]
+
+
 def gpu_xid(policy: Policy, obs: Observations) -> list[CheckResult]:
-    window, now, events = policy.gpu_health.xid_window_seconds, obs.now_boot_seconds, obs.kernel_events
-    if events is None:
+    window, now = policy.gpu_health.xid_window_seconds, obs.now_boot_seconds
+    recent = recent_xids(policy, obs)
+    if recent is None:
         return [
             CheckResult(
                 "gpu_xid", NODE, Status.UNKNOWN, f"{obs.kernel_events_unreadable}, so Xid errors are unknown"
             )
         ]
+    subjects = [str(g.index) for g in obs.gpus or ()]
+    subjects += sorted((s for s in recent if s not in subjects), key=natural)
+    return [_xid_result(subject, recent.get(subject, []), window, now) for subject in subjects]
+
+
+def recent_xids(policy: Policy, obs: Observations) -> dict[str, list[SeenEvent]] | None:
+    """The Xids within `xid_window_seconds`, by the subject `gpu_xid` reports them under (the GPU's
+    index, else its bus id, else "unknown"); None when the events could not be read."""
+    window, now, events = policy.gpu_health.xid_window_seconds, obs.now_boot_seconds, obs.kernel_events
+    if events is None:
+        return None
     subject_of = _xid_subject_resolver(obs.gpus)
     recent: dict[str, list[SeenEvent]] = defaultdict(list)
     for event in events:
         if event.kind == "xid" and event.code is not None and now - event.boot_seconds <= window:
             recent[subject_of(event)].append(event)
-    subjects = [str(g.index) for g in obs.gpus or ()]
-    subjects += sorted((s for s in recent if s not in subjects), key=natural)
-    return [_xid_result(subject, recent.get(subject, []), window, now) for subject in subjects]
+    return dict(recent)
 
 
 def _xid_subject_resolver(gpus: Sequence[GpuReading] | None) -> Callable[[SeenEvent], str]:
@@ -243,7 +258,7 @@ def _xid_result(subject: str, events: Sequence[SeenEvent], window: float, now: f
         gpu = "an unidentified GPU" if subject == "unknown" else f"the GPU at {subject}"
     if not events:
         return CheckResult("gpu_xid", subject, Status.OK, f"{gpu}: no Xid in the last {window:g} s")
-    status_of = {e: _XID_STATUS[describe(e.code or 0).severity] for e in events}
+    status_of = {e: xid_status(e) for e in events}
     status = max(status_of.values(), key=lambda s: s.rank)
     # The latest of the worst events is the one to act on.
     latest = max((e for e in events if status_of[e] == status), key=lambda e: e.boot_seconds)

@@ -53,11 +53,6 @@ def worst(results: Iterable[CheckResult]) -> Status:
     return max((r.status for r in results), key=lambda s: s.rank, default=Status.OK)
 
 
-def by_precedence(results: Iterable[CheckResult]) -> list[CheckResult]:
-    """Worst first (stable within a status), as a report lists problems."""
-    return sorted(results, key=lambda r: -r.status.rank)
-
-
 def natural(name: str) -> list[int | str]:
     """ibp64s0 before ibp154s0."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

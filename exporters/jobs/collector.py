@@ -16,7 +16,8 @@ Exported:
 - `clusterhealth_gpu_job_info{gpu, uuid, scheduler, job, namespace, pod, container, source}` 1;
 - `clusterhealth_gpu_job_source_success{source}`: 1 read, 0 failed (absent sources: no series);
 - `clusterhealth_gpu_job_unattributed_busy_gpus`: GPUs with compute processes no source attributes;
-- `clusterhealth_gpu_job_conflicting_gpus`: GPUs about which two sources disagree;
+- `clusterhealth_gpu_job_conflicting_gpus`: GPUs about which two sources disagree (absent while
+  fewer than two sources are on the node);
 - `clusterhealth_gpu_job_mapping_expired_files`: mapping files whose jobs have no cgroup any more.
 
 Job labels go on the info series only, never on GPU series: a series per (GPU, workload) costs one
@@ -298,7 +299,9 @@ class JobsCollector:
             "clusterhealth_gpu_job_conflicting_gpus",
             "GPUs about which two attribution sources name different workloads (the higher source wins).",
         )
-        conflicting.add_metric([], float(len(attribution.conflicts)))
+        # A conflict takes two sources: with one read, the count could only ever be 0.
+        if sum(1 for r in results if not r.absent) >= 2:
+            conflicting.add_metric([], float(len(attribution.conflicts)))
         expired = GaugeMetricFamily(
             "clusterhealth_gpu_job_mapping_expired_files",
             "Job-mapping files left out because their jobs have no cgroup any more (an Epilog did not "
