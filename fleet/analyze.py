@@ -27,7 +27,6 @@ from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import NoVerdict, Partial, Prometheus, parse_duration, valid_url
 
 EXIT_NO_SUSPECT, EXIT_SUSPECTS, EXIT_USAGE, EXIT_NO_VERDICT = 0, 1, 2, 3
-DEFAULT_WINDOW = "6h"
 
 
 def run(

@@ -37,7 +37,8 @@ def add_commands(sub: Any) -> None:
     analyze.add_argument(
         "--allow-partial",
         action="store_true",
-        help="analyse what can be read on partial data (results that cannot be tied, Prometheus warnings)",
+        help="analyse what can be read on partial data (results that cannot be tied, Prometheus warnings, "
+        "a store answering isPartial)",
     )
     _workload_arguments(analyze, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
 
