@@ -140,7 +140,7 @@ lint: venv typecheck
 # (deploy/prometheus, not a package of the wheel).
 typecheck: venv
 	@mkdir -p build/typecheck/clusterhealth
-	@for d in agent exporters checks dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
+	@for d in agent exporters checks fleet dashboards; do ln -sfn ../../../$$d build/typecheck/clusterhealth/$$d; done
 	$(BIN)/mypy
 	$(BIN)/mypy deploy/prometheus/mixin.py deploy/prometheus/clusterhealth_mixin
 

@@ -36,10 +36,12 @@ from pathlib import Path
 
 import psutil
 
-from clusterhealth.agent import analyze as analyzing
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric import simulation as sim
 from clusterhealth.checks.fabric.analysis import Rules
+from clusterhealth.fleet import analyze as analyzing
+from clusterhealth.fleet import pairwise
+from clusterhealth.fleet.prometheus import Prometheus
 
 DEFAULT_PERIOD = 900.0  # the group's default round period (seconds)
 DEFAULT_CONFIRM_RUNS = 3
@@ -274,7 +276,7 @@ def series_table(sizes: list[int]) -> None:
 @dataclass
 class AnalyzeRun:
     label: str
-    total: float  # wall time of agent/analyze.run
+    total: float  # wall time of fleet/analyze.run
     waiting: float  # for Prometheus's answers (evaluating, encoding, sending)
     decoding: float  # decoding the JSON
     prometheus_cpu: float  # the Prometheus process's CPU time during the run
@@ -333,7 +335,7 @@ def _evict(directory: Path) -> int:
 
 def _timed_run(label: str, url: str, server: subprocess.Popen[bytes], hours: float, end: float) -> AnalyzeRun:
     serving = psutil.Process(server.pid)
-    client = analyzing.Prometheus(url, timeout=600)
+    client = Prometheus(url, timeout=600)
     before, t0, own = serving.cpu_times(), time.perf_counter(), time.process_time()
     result = analyzing.run(url, "fabric", hours * 3600, now=end, prometheus=client)
     total, after = time.perf_counter() - t0, serving.cpu_times()
@@ -352,7 +354,7 @@ def _timed_run(label: str, url: str, server: subprocess.Popen[bytes], hours: flo
 
 def _import_seconds(runs: int = 3) -> float:
     """Best wall time of a new Python process importing what `clusterhealth analyze` imports."""
-    code = "import clusterhealth.agent.cli, clusterhealth.agent.analyze"
+    code = "import clusterhealth.agent.cli, clusterhealth.fleet.analyze"
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -362,7 +364,7 @@ def _import_seconds(runs: int = 3) -> float:
 
 
 def analyze_time(n: int, hours: float, scrape: float, runs: int = 3) -> None:
-    """`clusterhealth analyze` (agent/analyze.run) over n nodes × hours against a real Prometheus
+    """`clusterhealth analyze` (fleet/analyze.run) over n nodes × hours against a real Prometheus
     holding the group's history as scraped every ``scrape`` seconds, backfilled with promtool.
 
     Runs: the first against a Prometheus just started on the backfilled blocks (cold), ``runs``
@@ -441,7 +443,7 @@ def analyze_time(n: int, hours: float, scrape: float, runs: int = 3) -> None:
         f"promtool in {backfilled - written:.0f} s ({tsdb_bytes / 1e6:.0f} MB of blocks), served by the "
         f"Debian prometheus (ready "
         f"{startup:.1f} s after its start, {restart:.1f} s after its restart); `analyze` with its defaults "
-        f"(windows of {analyzing.window_width(period):g} s). Every run named "
+        f"(windows of {pairwise.window_width(period):g} s). Every run named "
         f"{', '.join(name for _, name in seeded)} alone, the seeded bad host.\n"
     )
     print(

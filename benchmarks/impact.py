@@ -3,7 +3,7 @@
 
 For each fault (one host's link, or one path, shaped to r of the common rate with tc) and each r:
 
-1. `clusterhealth lab` (agent/lab.py) builds N hosts as network namespaces on a bridge, every link
+1. `clusterhealth lab` (fleet/lab.py) builds N hosts as network namespaces on a bridge, every link
    shaped to the common rate, the fault in place; its real agents probe the pairs with iperf3 and
    `analyze` reads their results from the lab's Prometheus. From its verdict come the inputs of
    the model, as measured: the suspect's ratio r̂ (the median of its short meetings' bandwidth
@@ -43,8 +43,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from clusterhealth.agent.lab import FIRST, SUBNET, SWITCH_ADDRESS, Lab, LabError, LabSpec
 from clusterhealth.checks import cost
+from clusterhealth.fleet.lab import FIRST, SUBNET, SWITCH_ADDRESS, Lab, LabError, LabSpec
 
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "allreduce_loop.py"

@@ -15,9 +15,9 @@ from clusterhealth.checks.fabric.analysis import (
     Rules,
     analyze,
     merge,
-    reduce_series,
     render_table,
 )
+from clusterhealth.fleet.pairwise import reduce_series
 
 PERIOD = 900.0
 GBIT = 1e9 / 8

@@ -15,7 +15,10 @@ suspect's `impact` is priced for those jobs; `clusterhealth model --prometheus` 
 history for a node's or a path's measured bandwidth.
 
 A second Prometheus serves a copy of the same blocks with a remote store that does not answer:
-its answers carry `warnings` (partial data).
+its answers carry `warnings` (partial data). A third asks its dead remote store for the jobs'
+series alone (`required_matchers`), so that only the jobs' query answers with a warning. A proxy in
+front of the first adds `"isPartial": true` to every answer, as VictoriaMetrics' cluster and some
+Thanos set-ups say a partial answer.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ import random
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from clusterhealth.agent import analyze as analyzing
 from clusterhealth.checks.fabric import simulation as sim
+from clusterhealth.fleet import analyze as analyzing
+from clusterhealth.fleet import pairwise
+from clusterhealth.fleet.prometheus import IS_PARTIAL, Prometheus
 from tests.conftest import CLUSTERHEALTH
 
 PERIOD = 120.0  # at most the lookback delta (300 s): a result would be read again in the next round
@@ -181,6 +188,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     for name, lines in jobs.items():
         families.setdefault(name, []).extend(line.replace('"h', '"jobs-h') for line in lines)
     families[JOB_INFO] = list(_job_info(shift))
+    # Agents that expect twice what the group reaches (a fleet-wide slowdown), h3 bad at the end.
+    add("expectation", _group("expectation", LAST - 2, bad_hosts={"h3": 0.5}))
+    families[EXPECTED] = list(_expected("expectation", shift))
     add("partial", _group("partial"))
     # One more agent of the "partial" group whose node_info Prometheus never got.
     stray = sim.exposition_history(
@@ -215,20 +225,24 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         capture_output=True,
     )
     # The same blocks behind a remote store that refuses connections: Prometheus answers every
-    # query with what it has and a warning.
+    # query with what it has and a warning; or, asking it for the jobs' series alone, only the
+    # jobs' query.
     shutil.copytree(data, root / "partial-tsdb")
+    shutil.copytree(data, root / "jobs-partial-tsdb")
     dead = f"http://127.0.0.1:{_free_port()}/api/v1/read"
+    remote = f"scrape_configs: []\nremote_read:\n  - url: {dead}\n    read_recent: true\n"
     served = [
         _serve(server, root, data, "global:\n  scrape_interval: 15s\nscrape_configs: []\n"),
+        _serve(server, root, root / "partial-tsdb", remote),
         _serve(
             server,
             root,
-            root / "partial-tsdb",
-            f"scrape_configs: []\nremote_read:\n  - url: {dead}\n    read_recent: true\n",
+            root / "jobs-partial-tsdb",
+            remote + f"    required_matchers:\n      __name__: {JOB_INFO}\n",
         ),
     ]
     try:
-        yield Servers(served[0][1], served[1][1])
+        yield Servers(served[0][1], served[1][1], served[2][1])
     finally:
         for process, _ in served:
             process.terminate()
@@ -266,10 +280,26 @@ def _job_info(shift: int) -> Iterator[str]:
                 t += SCRAPE
 
 
+EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
+EXPECTATION = 2.5e9  # bytes/s: twice the 10 Gbit/s the simulated links reach
+
+
+def _expected(probe: str, shift: int) -> Iterator[str]:
+    """Every agent's expectation for the group, as scraped over its last twenty rounds."""
+    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 1 + shift) * PERIOD
+    for node in sim.node_names(N):
+        t = start + 7
+        while t < end:
+            target = f'instance="{node}:9845",job="clusterhealth"'
+            yield f'{EXPECTED}{{{target},probe="{probe}"}} {EXPECTATION:.1f} {t:.3f}'
+            t += SCRAPE
+
+
 @dataclass(frozen=True)
 class Servers:
     url: str  # the backfilled blocks
     partial: str  # the same, answering with warnings
+    jobs_partial: str  # the same, answering the jobs' query alone with a warning
 
 
 @pytest.fixture(scope="module")
@@ -428,6 +458,66 @@ def test_an_answer_with_warnings_gives_no_confident_verdict(servers: Servers) ->
     # The same data without the warning is a whole verdict.
     code, whole = _json(servers.url, "hostfault")
     assert code == 1 and whole["partial"] is False and whole["problems"] == []
+
+
+def test_a_partial_answer_to_the_jobs_query_alone_is_partial_data(servers: Servers) -> None:
+    # There the history's own queries are whole: read without the jobs, nothing is missing.
+    history = pairwise.read_history(Prometheus(servers.jobs_partial), "jobfault", 7200, jobs=False)
+    assert history.meetings and history.warnings == [] and not history.partial
+    # The jobs' query (clusterhealth_gpu_job_info) asks the store that does not answer: the jobs
+    # priced may be missing some, so there is no verdict on it, as on any other partial answer.
+    done = _analyze("--prometheus", servers.jobs_partial, "--probe", "jobfault", "--window", "2h", "--json")
+    assert done.returncode == 3, done.stdout
+    answer = json.loads(done.stdout)
+    assert answer["partial"] is True and "suspects" not in answer
+    assert "partial data" in answer["error"] and "remote_read" in answer["error"]
+    code, result = _json(servers.jobs_partial, "jobfault", "--allow-partial")
+    assert code == 1 and [s["suspect"] for s in result["suspects"]] == ["jobs-h3"]
+    assert result["partial"] is True
+    (problem,) = result["problems"]
+    assert problem.startswith("Prometheus answered with partial data") and "remote_read" in problem
+
+
+@pytest.fixture
+def is_partial(servers: Servers) -> Iterator[str]:
+    """The first Prometheus behind a proxy that says every answer is partial as VictoriaMetrics'
+    cluster does: ``"isPartial": true`` beside the data, no ``warnings``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with urllib.request.urlopen(servers.url + self.path, timeout=60) as response:
+                document = json.loads(response.read())
+            document["isPartial"] = True
+            body = json.dumps(document).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        thread.join(timeout=30)
+
+
+def test_an_answer_flagged_is_partial_gives_no_confident_verdict(is_partial: str) -> None:
+    done = _analyze("--prometheus", is_partial, "--probe", "hostfault", "--window", "2h", "--json")
+    assert done.returncode == 3, done.stdout
+    answer = json.loads(done.stdout)
+    assert answer["partial"] is True and "isPartial" in answer["error"]
+    code, result = _json(is_partial, "hostfault", "--allow-partial")
+    assert code == 1 and [s["suspect"] for s in result["suspects"]] == ["h3"]
+    assert result["partial"] is True
+    assert result["problems"] == [f"Prometheus answered with partial data: {IS_PARTIAL}"]
 
 
 def test_several_groups_need_a_probe_name(prometheus: str) -> None:
@@ -685,6 +775,29 @@ def test_model_takes_a_paths_measured_bandwidth_against_a_stated_nominal(prometh
         measured["nominal_from"] == "--bandwidth" and doc["nominal"]["bandwidth_bytes_per_second"] == 1.25e9
     )
     assert 0.45 * 1.25e9 <= doc["bandwidth_bytes_per_second"] <= 0.55 * 1.25e9
+
+
+def test_model_compares_with_the_groups_reference_not_the_agents_expectation(prometheus: str) -> None:
+    # The agents expect twice what the group reaches: analyze judges against the group's reference
+    # (and calls the gap a fleet-wide slowdown); model's nominal is that reference too.
+    code, analyzed = _json(prometheus, "expectation")
+    assert code == 1 and [s["suspect"] for s in analyzed["suspects"]] == ["h3"]
+    reference = analyzed["reference_bandwidth_bytes_per_second"]
+    assert analyzed["expected_bandwidth_bytes_per_second"] == EXPECTATION
+    assert analyzed["fleet"]["slowdown"] is True and 0.95 * 1.25e9 <= reference <= 1.05 * 1.25e9
+    done = _model(
+        "--prometheus", prometheus, "--probe", "expectation", "--node", "h3", "--window", "2h", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    measured = doc["measured"]
+    assert measured["expected_bandwidth_bytes_per_second"] == EXPECTATION, "read, and shown"
+    assert measured["nominal_from"] == "reference"
+    assert doc["nominal"]["bandwidth_bytes_per_second"] == reference
+    assert 0.45 <= doc["bandwidth_ratio"] <= 0.55, "h3 at half the group's pace, not a quarter"
+    table = _model("--prometheus", prometheus, "--probe", "expectation", "--node", "h3", "--window", "2h")
+    bandwidth = next(line for line in table.stdout.splitlines() if line.startswith("bandwidth "))
+    assert f"{reference * 8 / 1e9:.1f} Gbit/s" in bandwidth and "20.0 Gbit/s" not in bandwidth
 
 
 def test_model_without_such_a_node_or_without_a_subject(prometheus: str) -> None:

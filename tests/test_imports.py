@@ -1,4 +1,5 @@
-"""How the package's modules import each other: no circle, and no simulator on a real node."""
+"""How the package's modules import each other: no circle, the floors apart (exporters/ and checks/
+below, agent/ the node's wiring, fleet/ the fleet's side), and no simulator on a real node."""
 
 from __future__ import annotations
 
@@ -11,8 +12,19 @@ from pathlib import Path
 
 from .conftest import FIXTURES, ROOT, SCENARIOS
 
-FOLDERS = ("agent", "exporters", "checks", "dashboards")
+FOLDERS = ("agent", "exporters", "checks", "fleet", "dashboards")
 SIMULATOR = "clusterhealth.exporters.sim"
+# What agent/ holds that the fleet's side shares: the package's version (agent/__init__.py),
+# logging, and the YAML loader with the settings machinery whose errors name file, key and
+# expectation. The rest of agent/ is the node daemon's wiring.
+SHARED_FROM_AGENT = {
+    "clusterhealth.agent",
+    "clusterhealth.agent.log",
+    "clusterhealth.agent.yamlfile",
+    "clusterhealth.agent.settings",
+}
+# The one door from the node's side to the fleet's: the command line dispatches to fleet commands.
+FLEET_DOOR = {"clusterhealth.agent.cli"}
 
 
 def modules() -> dict[str, Path]:
@@ -108,21 +120,46 @@ def test_no_module_imports_itself_through_others() -> None:
     assert {"clusterhealth.checks.audits", "clusterhealth.checks.policy"} <= set(circle)
 
 
-def test_exporters_and_checks_never_import_the_agent() -> None:
+def _floor(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _reaching(graph: Mapping[str, set[str]], modules: list[str], floor: str) -> dict[str, list[str]]:
+    found = {m: sorted(t for t in graph[m] if _floor(t) == floor) for m in modules}
+    return {m: targets for m, targets in found.items() if targets}
+
+
+def test_exporters_and_checks_never_import_the_agent_or_the_fleet() -> None:
     # agent/ wires the others and is the only package that knows them all (docs/adding-a-collector.md):
-    # a collector, a probe or a setting that reached back into it would tie the floors together.
+    # a collector, a probe or a setting that reached back into it, or into the fleet's side, would tie
+    # the floors together.
     graph = import_graph()
-    below = [m for m in graph if m.startswith(("clusterhealth.exporters", "clusterhealth.checks"))]
+    below = [m for m in graph if _floor(m) in ("exporters", "checks")]
     assert "clusterhealth.checks.probes.collector" in below and "clusterhealth.checks.fabric.rounds" in below
-    reaching = {
-        m: sorted(t for t in graph[m] if t.split(".")[:2] == ["clusterhealth", "agent"]) for m in below
+    assert _reaching(graph, below, "agent") == {}
+    assert _reaching(graph, below, "fleet") == {}
+
+
+def test_the_fleet_side_shares_only_what_is_shared_with_the_node_daemon() -> None:
+    graph = import_graph()
+    fleet = [m for m in graph if _floor(m) == "fleet"]
+    assert {"clusterhealth.fleet.prometheus", "clusterhealth.fleet.pairwise"} <= set(fleet)
+    # It reads checks/ (the analysis, the cost model): the floor below.
+    assert "clusterhealth.checks.fabric.analysis" in graph["clusterhealth.fleet.pairwise"]
+    wired = {
+        m: [t for t in ts if t not in SHARED_FROM_AGENT] for m, ts in _reaching(graph, fleet, "agent").items()
     }
-    assert {m: targets for m, targets in reaching.items() if targets} == {}
+    assert {m: ts for m, ts in wired.items() if ts} == {}
+    node = [m for m in graph if _floor(m) == "agent"]
+    assert set(_reaching(graph, node, "fleet")) <= FLEET_DOOR
+    # What the fleet may share must not drag the daemon's wiring in behind it.
+    for shared in SHARED_FROM_AGENT:
+        assert {t for t in graph[shared] if _floor(t) == "agent"} <= SHARED_FROM_AGENT, shared
 
 
 # Runs commands through the CLI's main() in one fresh interpreter and records, after each, its exit
-# code, whether it printed RDMA series, and which simulator modules are loaded; the simulated
-# scrape comes last, as the control.
+# code, whether it printed RDMA series, which simulator modules and which fleet modules are loaded;
+# the simulated scrape comes last, as the control.
 PROBE = """
 import contextlib, io, json, sys
 from clusterhealth.agent.cli import main
@@ -137,7 +174,8 @@ for argv in json.loads(sys.argv[1]):
     out.flush()
     printed = out.buffer.getvalue().decode()
     loaded = sorted(m for m in sys.modules if m.startswith("clusterhealth.exporters.sim"))
-    runs.append([code, "clusterhealth_rdma_port_state_id" in printed, loaded])
+    fleet = sorted(m for m in sys.modules if m.startswith("clusterhealth.fleet"))
+    runs.append([code, "clusterhealth_rdma_port_state_id" in printed, loaded, fleet])
 print(json.dumps(runs))
 """
 
@@ -162,9 +200,11 @@ def test_a_node_that_is_not_simulated_never_imports_the_simulator(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     (help_, print_config, scrape, check, simulated) = json.loads(result.stdout)
-    assert help_ == [0, False, []]
-    assert print_config == [0, False, []]
-    assert scrape == [0, True, []]  # every collector ran, the rdma one on the fixture tree
-    assert check[0] in (0, 1, 2, 3) and check[2] == []
+    # The fleet's commands are on the command line (their options), none of them loaded.
+    door = ["clusterhealth.fleet", "clusterhealth.fleet.cli"]
+    assert help_ == [0, False, [], door]
+    assert print_config == [0, False, [], door]
+    assert scrape == [0, True, [], door]  # every collector ran, the rdma one on the fixture tree
+    assert check[0] in (0, 1, 2, 3) and check[2:] == [[], door]
     assert simulated[:2] == [0, True]
     assert {f"{SIMULATOR}.nvml", f"{SIMULATOR}.scenario"} <= set(simulated[2])

@@ -27,9 +27,9 @@ from typing import Any
 import psutil
 import pytest
 
-from clusterhealth.agent.lab import LabSpec, minimum_period
 from clusterhealth.checks.fabric.schedule import Schedule
 from clusterhealth.checks.fabric.simulation import node_names as sim_nodes
+from clusterhealth.fleet.lab import LabSpec, minimum_period
 
 from .conftest import CLUSTERHEALTH, run_cli
 

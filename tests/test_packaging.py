@@ -6,6 +6,7 @@ so a forgotten sub-package works here and is missing on a user's node.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from .dist import VERSION, make, project_wheel, wheelhouse
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
 
-TOP_LEVEL = ("agent", "exporters", "checks", "dashboards")
+TOP_LEVEL = ("agent", "exporters", "checks", "fleet", "dashboards")
 
 
 def test_every_source_folder_is_a_listed_package() -> None:
@@ -110,6 +111,11 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv_outside_the_clone(tmp_pat
     )  # type: ignore[call-overload]
     assert scrape.returncode == 0, scrape.stderr
     assert 'clusterhealth_gpu_up{gpu="6",' in scrape.stdout
+    # A fleet-side command, from the wheel's fleet/ package.
+    workload = ["--params", "7B", "--bytes-per-param", "2", "--gpus", "8", "--compute-seconds", "1"]
+    model = subprocess.run([command, "model", *workload, "--bandwidth", "50GB/s", "--json"], **outside)  # type: ignore[call-overload]
+    assert model.returncode == 0, model.stderr
+    assert json.loads(model.stdout)["gradient_bytes"] == 14e9
     for data in (
         "clusterhealth.yaml",
         "systemd/clusterhealth.service",
@@ -136,5 +142,6 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(tmp_path: Path) -> None:
         "Containerfile",
         "deploy/container/constraints.txt",
         "agent/cli.py",
+        "fleet/pairwise.py",
     ):
         assert needed in names, needed

@@ -1,10 +1,10 @@
 """Which host, or which path between two hosts, makes a pairwise group fall short.
 
-Input: the Fabric series of SPEC as agent/analyze.py reads them from Prometheus, window by
-window as scraped (``reduce_series``), reduced to *meetings*: (round, the two nodes, the bandwidth
-measured, whether it met its expectation). Both ends may report a meeting; their reports are
-merged (the better one wins, so a lost or garbled report can only hide a shortfall, never invent
-one).
+Input: *reports* of meetings, one per end that exported it: (round, the node, its partner, the
+bandwidth measured, whether it met its expectation), as fleet/pairwise.py reads them back from
+Prometheus or checks/fabric/simulation.py plays them. Both ends may report a meeting; ``merge``
+makes one meeting of them (the better report wins, so a lost or garbled report can only hide a
+shortfall, never invent one).
 
 Output (``analyze``): suspects, by two rules, and nothing else names anyone.
 
@@ -54,12 +54,6 @@ from typing import Any
 
 from clusterhealth.checks import cost
 
-NODE_INFO = "clusterhealth_node_info"
-BANDWIDTH = "clusterhealth_probe_bandwidth_bytes_per_second"
-PEER_SUCCESS = "clusterhealth_probe_peer_success"
-ROUND = "clusterhealth_probe_round"
-EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
-
 
 @dataclass(frozen=True)
 class Rules:
@@ -78,7 +72,7 @@ class Rules:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """One end's report of one meeting, as read back from Prometheus."""
+    """One end's report of one meeting."""
 
     round: int
     node: str  # the end that exported it
@@ -504,180 +498,6 @@ def _round(value: float | None) -> float | None:
 
 def _time(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- from Prometheus's answers -----------------------------------------------------------------
-
-
-Target = tuple[tuple[str, str], ...]  # a scrape target's labels (instance, job, ...), sorted
-
-
-@dataclass
-class Reduced:
-    reports: list[Report]
-    nodes: set[str]  # names of nodes whose agents export the group's results
-    expected: float | None  # median of the agents' expectations, when they export one
-    problems: list[str]
-
-
-def reduce_series(
-    probe: str,
-    node_info: Sequence[Mapping[str, Any]],
-    rounds: Sequence[Mapping[str, Any]],
-    bandwidth: Sequence[Mapping[str, Any]],
-    peer_success: Sequence[Mapping[str, Any]],
-    expected: Sequence[Mapping[str, Any]] = (),
-) -> Reduced:
-    """Reports of one group from the ``result`` lists of the queries that read its history in
-    windows (agent/analyze.py): one point per series and window, at the window's end.
-
-    * ``node_info``: the agents' names, an instant vector (one name per target for the whole
-      window) or a matrix (per window, when an agent changed its name);
-    * ``rounds``: per target, the round in each window in which it did not change;
-    * ``bandwidth``, ``peer_success``: per target and partner, the last result in each window.
-
-    Series are tied to a node by their target (every label but the metric's own: ``instance``,
-    ``job`` and whatever relabelling added) and ``clusterhealth_node_info{node}`` of that target.
-    A result belongs to the round of the same target in the same window; in a window without one
-    (the round changed within it) it is left out, as the windows next to it hold it. Whatever
-    cannot be tied to a node or a round is named in ``problems``.
-    """
-    names: dict[Target, str] = {}
-    named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
-    for series in node_info:
-        labels = series.get("metric", {})
-        node = labels.get("node")
-        if not node:
-            continue
-        target = target_of(labels, ("node",))
-        if "values" in series:
-            at = named_at.setdefault(target, {})
-            for t, _ in _points(series):
-                at[t] = node if at.get(t, node) == node else None
-        else:
-            names[target] = node
-
-    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
-    # wrote them (a time, a text), and only what is kept is converted.
-    round_at: dict[Target, dict[Any, int]] = {}
-    as_round: dict[Any, int | None] = {}
-    for series in rounds:
-        labels = series.get("metric", {})
-        if labels.get("probe") != probe:
-            continue
-        steps = round_at.setdefault(target_of(labels, ("probe",)), {})
-        for pair in series.get("values", ()):
-            try:
-                t, text = pair[0], pair[1]
-                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
-                if r is not None:
-                    steps[t] = r
-            except (TypeError, IndexError, KeyError):
-                continue
-
-    found: dict[tuple[int, str, str], list[Any]] = {}
-    untied: dict[Target, str] = {}
-
-    def add(series: Mapping[str, Any], slot: int) -> None:
-        labels = series.get("metric", {})
-        if labels.get("probe") != probe:
-            return
-        peer = labels.get("peer", "")
-        if not peer:
-            return  # a node-local probe of the same name: not a meeting
-        target = target_of(labels, ("probe", "peer"))
-        if target not in names and target not in named_at:
-            untied[target] = f"{_show(target)} exports {probe} results but no {NODE_INFO}"
-            return
-        steps = round_at.get(target)
-        if steps is None:
-            untied[target] = f"{_show(target)} exports {probe} results without {ROUND}"
-            return
-        fixed, at = names.get(target), named_at.get(target)
-        for pair in series.get("values", ()):
-            try:
-                t, text = pair[0], pair[1]
-                r = steps.get(t)
-            except (TypeError, IndexError, KeyError):
-                continue
-            node = fixed if at is None else at.get(t)
-            if r is None or node is None:
-                continue  # the round (or the name) changed in this window
-            key = (r, node, peer)
-            entry = found.get(key)
-            if entry is None:
-                found[key] = [None, None, t, t]
-                entry = found[key]
-            entry[slot] = text
-            entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
-
-    for series in bandwidth:
-        add(series, 0)
-    for series in peer_success:
-        add(series, 1)
-
-    reports = []
-    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
-        bw, ok = _number(bw_text), _number(ok_text)
-        bandwidth_value = bw if bw is not None and bw > 0 else None
-        success = None if ok is None else ok >= 0.5
-        seen, until = _number(first), _number(last)
-        if seen is None or until is None:
-            continue
-        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
-    exporting = {names[t] for t in round_at if t in names}
-    exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
-    expectations = [
-        v
-        for series in expected
-        if series.get("metric", {}).get("probe") == probe
-        for _, v in _points(series)[-1:]
-        if math.isfinite(v) and v > 0
-    ]
-    return Reduced(
-        reports,
-        exporting,
-        statistics.median(expectations) if expectations else None,
-        sorted(untied.values()),
-    )
-
-
-def target_of(labels: Mapping[str, str], own: tuple[str, ...]) -> Target:
-    """The scrape target a series came from: its labels but the metric's name and its own."""
-    rest = dict(labels)
-    for name in ("__name__", *own):
-        rest.pop(name, None)
-    return tuple(sorted(rest.items()))
-
-
-def _show(target: Target) -> str:
-    return "{" + ", ".join(f'{k}="{v}"' for k, v in target) + "}"
-
-
-def _number(text: Any) -> float | None:
-    """A finite number from Prometheus's text of it; None for anything else (NaN, garbage)."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _whole(text: Any) -> int | None:
-    value = _number(text)
-    return None if value is None else int(value)
-
-
-def _points(series: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """(time, value) of a matrix series (``values``) or an instant vector's sample (``value``)."""
-    out = []
-    raw: Any = series.get("values") if "values" in series else [series.get("value")]
-    for pair in raw or ():
-        try:
-            out.append((float(pair[0]), float(pair[1])))
-        except (TypeError, ValueError, IndexError):
-            continue
-    return out
 
 
 # --- rendering ---------------------------------------------------------------------------------

@@ -4,11 +4,13 @@ The arithmetic is checks/cost.py's; this module reads the command line and print
 
 With ``--prometheus URL --node NAME`` (or ``--path A,B``) the bandwidth is the one the pairwise
 probes measured: the group's history is read back from Prometheus as ``analyze`` reads it
-(agent/analyze.py), and the bandwidth is the median of the node's latest meetings (as many as name
+(fleet/pairwise.py), and the bandwidth is the median of the node's latest meetings (as many as name
 a host, 3) or the pair's (as many as name a path, 2), a failed run counting as none measured
 when every one failed. It is compared with the nominal bandwidth: ``--bandwidth`` when given,
 else the group's reference (the median of the meetings, without those of its slow nodes; what
-``analyze`` judges against).
+``analyze`` judges against), never the agents' expectation: the reference is what the group
+reaches, the expectation what someone configured or an agent learned, and with a fleet-wide
+slowdown the two differ.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterhealth.agent import analyze as analyzing
 from clusterhealth.checks import cost
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.analysis import Meeting, Rules
+from clusterhealth.fleet import pairwise
+from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
 
 EXIT_USAGE = 2
-EXIT_NO_DATA = analyzing.EXIT_NO_VERDICT  # Prometheus unreachable, no such node or path
+EXIT_NO_DATA = 3  # Prometheus unreachable, no such node or path (analyze's "no verdict")
 NODE_MEETINGS = Rules().host_partners  # a node's latest meetings read as its bandwidth
 PATH_MEETINGS = Rules().path_meetings  # a pair's
 
@@ -99,9 +102,11 @@ class Measured:
 
 
 def measure(source: Source, *, now: float | None = None, timeout: float = 30.0) -> Measured:
-    """The node's or the pair's measured bandwidth; analyze.NoVerdict when Prometheus has none."""
-    prometheus = analyzing.Prometheus(source.url, timeout)
-    history = analyzing.read(prometheus, source.probe, source.window, now=now, allow_partial=True)
+    """The node's or the pair's measured bandwidth; NoVerdict when Prometheus has none."""
+    prometheus = Prometheus(source.url, timeout)
+    history = pairwise.read_history(
+        prometheus, source.probe, source.window, now=now, allow_partial=True, jobs=False
+    )
     if source.node is not None:
         node = source.node
         mine = [m for m in history.meetings if node in (m.a, m.b)]
@@ -114,9 +119,7 @@ def measure(source: Source, *, now: float | None = None, timeout: float = 30.0) 
         nodes = sorted({n for m in history.meetings for n in (m.a, m.b)})
         known = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
         what = f"node {source.node}" if source.node is not None else f"path {source.subject}"
-        raise analyzing.NoVerdict(
-            f"no meeting of {what} in probe {history.probe} over the window (its nodes: {known})"
-        )
+        raise NoVerdict(f"no meeting of {what} in probe {history.probe} over the window (its nodes: {known})")
     mine.sort(key=lambda m: (m.round, m.first_seen))
     chosen = mine[-latest:]
     measured = [m.bandwidth for m in chosen if m.bandwidth is not None]
@@ -127,7 +130,7 @@ def measure(source: Source, *, now: float | None = None, timeout: float = 30.0) 
         statistics.median(measured) if measured else 0.0,
         chosen,
         reference,
-        history.reduced.expected,
+        history.expected,
         history.problems,
     )
 
@@ -136,7 +139,7 @@ def run_measured(request: Request, source: Source, nominal: float | None, as_jso
     """--prometheus: the step at the nominal and at the measured bandwidth, side by side."""
     try:
         measured = measure(source)
-    except analyzing.NoVerdict as err:
+    except NoVerdict as err:
         print(f"clusterhealth model: {err}", file=sys.stderr)
         return EXIT_NO_DATA
     nominal_from = "--bandwidth" if nominal is not None else "reference"

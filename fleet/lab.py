@@ -50,10 +50,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from clusterhealth.agent import analyze as analyzing
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
 from clusterhealth.checks.probes import runner
+from clusterhealth.fleet import analyze as analyzing
+from clusterhealth.fleet.prometheus import NoVerdict
 
 log = logging.getLogger("clusterhealth.lab")
 
@@ -510,7 +511,7 @@ class Lab:
             try:
                 last = in_namespace(self.switch, lambda: self._analyze(first))
                 why = last.not_enough_evidence
-            except analyzing.NoVerdict as err:
+            except NoVerdict as err:
                 last, why = None, str(err)
             entry: dict[str, Any] = {"after_round": k, "round": first + k - 1}
             if last is not None and not last.not_enough_evidence:

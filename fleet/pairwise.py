@@ -1,0 +1,439 @@
+"""A pairwise group's history as read back from Prometheus: the meetings of a window, its rounds,
+its nodes, and what the reading missed.
+
+`analyze`, `model --prometheus` and `lab` read it here (the report of the pair-bandwidth matrix
+too): ``read_history`` returns the `History` without analysing it, ``judge`` runs the analysis
+(checks/fabric/analysis.py) on it.
+
+It uses Prometheus's HTTP API (fleet/prometheus.py) and the Fabric series of SPEC alone, and reads
+them as **samples as scraped**, never as values Prometheus evaluated forward. A plain range query
+answers, at each step, with a series' latest sample within the lookback delta (5 minutes by
+default) when no staleness marker ended the series: after a backfill, a restart of Prometheus, in
+a federated copy or a remote store, a partner's result then shows up again beside the next round's
+number, one meeting counted twice.
+
+So the window is cut into consecutive *windows* of a fraction of a round (``window_width``),
+and each is read through range selectors, which hold only the samples scraped inside it:
+
+* ``max_over_time(round[w]) == min_over_time(round[w])``: the node's round in the window, given
+  only when every sample of its ``clusterhealth_probe_round`` in the window has the same value;
+* ``last_over_time(bandwidth[w])``: the last result of each partner scraped in the window, and
+  ``last_over_time(peer_success[w]) == 0``: the runs that did not meet their expectation (one
+  that measured nothing exports no bandwidth);
+
+A result scraped in a window belongs to the round of the same node's samples in that window (it
+came with one of them, in the same scrape), so each result is assigned to the round the exporting
+node's own ``clusterhealth_probe_round`` had when it was scraped. A window in which the node's
+round changed is left out: a result is exported for a good part of a round, so it is read from the
+windows before or after. The windows follow the group's period, read back from the latest round
+number (rounds are numbered from the Unix epoch), so the cost is per round, not per scrape. The
+per-partner families are asked a few rounds at a time (a node exports a new partner's series every
+round, and Prometheus evaluates every selected series at every step), and every range query stays
+under Prometheus's 11,000 points per series.
+
+Where ``clusterhealth_gpu_job_info`` names the jobs running on the group's nodes at the end of the
+window, the history carries them, each with its GPU count over the cluster, for pricing (one more
+instant query; without that family nothing changes).
+
+Partial data, decided once after every query of the history (the jobs' too): a Prometheus answer
+with ``warnings`` or ``isPartial`` (a remote store or a federated source that did not answer), or
+results that cannot be tied to a node or a round. Without ``allow_partial`` it is no history
+(`Partial`); with it, the history names what is missing and the verdict says it is partial.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterhealth.checks import cost
+from clusterhealth.checks.fabric import analysis
+from clusterhealth.checks.fabric.analysis import Analysis, Meeting, Report, Rules
+from clusterhealth.fleet.prometheus import (
+    NoVerdict,
+    Partial,
+    Prometheus,
+    Target,
+    Windows,
+    no_collection_pauses,
+    number,
+    points,
+    show_target,
+    target_of,
+)
+
+# The Fabric series of SPEC that the history is read from.
+NODE_INFO = "clusterhealth_node_info"
+BANDWIDTH = "clusterhealth_probe_bandwidth_bytes_per_second"
+PEER_SUCCESS = "clusterhealth_probe_peer_success"
+ROUND = "clusterhealth_probe_round"
+EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
+JOB_INFO = "clusterhealth_gpu_job_info"
+
+# The windows a round is read in. A result is read when it stays exported over a whole window
+# in which its node's round did not change. The shortest lived is the confirming meeting's, from
+# its end to the round's (at the default timing half a round less up to two minutes of runs):
+# windows as wide as that, between an eighth and a quarter of a round. Wider windows are fewer
+# points to send and decode; Prometheus reads every sample once whatever the width.
+CONFIRMING_RUNS_SECONDS = 120.0
+
+
+def window_width(period: float) -> float:
+    """The default width of the windows the history is read in, for a group's period."""
+    return min(period / 4, max(period / 8, period / 2 - CONFIRMING_RUNS_SECONDS))
+
+
+ROUNDS_PER_QUERY = 4  # rounds of per-partner series asked in one range query
+
+# The jobs priced are those running at the end of the window: seen within Prometheus's default
+# lookback delta.
+JOBS_LOOKBACK = "5m"
+# clusterhealth_gpu_job_info's own labels; the rest is the scrape target. The workload's `job`
+# reaches Prometheus as `exported_job` (the scrape job keeps `job`), as the rules assume.
+_JOB_LABELS = ("gpu", "uuid", "scheduler", "exported_job", "namespace", "pod", "container", "source")
+
+_PROBE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def valid_probe(name: str) -> bool:
+    """A probe name that can go into a PromQL matcher as it is."""
+    return bool(_PROBE.fullmatch(name))
+
+
+@dataclass
+class History:
+    """One group's meetings over a window, as read back from Prometheus."""
+
+    probe: str
+    end: float  # the window's end, Unix time
+    window: float  # its length, seconds
+    period: float  # the group's round period, seconds (read back from its round numbers)
+    step: float  # the width of the windows it was read in, seconds
+    meetings: list[Meeting]  # one per (round, pair), both ends' reports merged
+    nodes: set[str]  # the nodes whose agents export the group's results (a node may have no meeting)
+    expected: float | None  # the median of the agents' expectations, when they export one
+    jobs: dict[str, list[cost.Job]] | None  # the jobs on each node at the end; None: no attribution
+    warnings: list[str]  # Prometheus's partial answers (warnings, isPartial), as problems' texts
+    untied: list[str]  # results that could not be tied to a node or a round, and why
+    node_info: list[dict[str, Any]] = field(repr=False, default_factory=list)  # as read
+
+    @property
+    def rounds(self) -> list[int]:
+        """The rounds of the window that have a meeting, in order."""
+        return sorted({m.round for m in self.meetings})
+
+    @property
+    def problems(self) -> list[str]:
+        """What makes the history partial: it may miss meetings, never invent one."""
+        return self.warnings + self.untied
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.problems)
+
+
+def read_history(
+    prometheus: Prometheus,
+    probe: str | None,
+    window: float,
+    *,
+    step: float | None = None,
+    now: float | None = None,
+    allow_partial: bool = False,
+    jobs: bool = True,
+) -> History:
+    """One group's meetings over the ``window`` seconds up to ``now`` (the only group when
+    ``probe`` is None), read in windows ``step`` seconds wide (default ``window_width``), with the
+    jobs on its nodes unless ``jobs`` is False.
+
+    NoVerdict when Prometheus cannot answer or holds no result of the group; `Partial` on partial
+    data without ``allow_partial``."""
+    end = time.time() if now is None else now
+    mark = prometheus.mark()
+    selector = f"[{math.ceil(window)}s]"
+    with no_collection_pauses():
+        if probe is None:
+            found = prometheus.query(f"count by (probe) (last_over_time({ROUND}{selector}))", end)
+            names = sorted({s.get("metric", {}).get("probe", "") for s in found} - {""})
+            if not names:
+                raise NoVerdict(f"no pairwise probe results ({ROUND}) in Prometheus over the window")
+            if len(names) > 1:
+                raise NoVerdict(
+                    f"several pairwise probe groups ({', '.join(names)}): choose one with --probe"
+                )
+            probe = names[0]
+        match = f'probe="{probe}"'
+        period = _period(prometheus, probe, match, selector, end, window)
+        step = max(step if step is not None else window_width(period), 0.001)
+        windows = Windows(end, step, max(int(window // step), 1))
+        w = windows.selector
+        # A node exports a new partner's series every round, so the per-partner families hold about
+        # N series per round of the window. Prometheus evaluates a range query at every step for
+        # every series it selected; asked a few rounds at a time, it selects only the series of those
+        # rounds (ten times less work over a day than one query over the whole window).
+        few_rounds = max(1, math.ceil(ROUNDS_PER_QUERY * period / step))
+        rounds, bandwidth, success = (
+            f"{ROUND}{{{match}}}{w}",
+            f'{BANDWIDTH}{{{match},peer!=""}}{w}',
+            f'{PEER_SUCCESS}{{{match},peer!=""}}{w}',
+        )
+        # The agent's name per target: the series over the window (labels only, no sample read),
+        # unless an agent changed its name within it; then, per window like the results.
+        node_info = prometheus.series(NODE_INFO, end - window, end)
+        if len(node_info) != len({target_of(s.get("metric", {}), ("node",)) for s in node_info}):
+            node_info = windows.read(prometheus, f"last_over_time({NODE_INFO}{w})")
+        reduced = reduce_series(
+            probe,
+            node_info=node_info,
+            rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
+            bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
+            # Only the runs that did not meet their expectation: the analysis judges a measured
+            # meeting by its bandwidth, and one that measured nothing by peer_success.
+            peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
+            expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end),
+        )
+        if not reduced.reports and not reduced.problems and not prometheus.partial_since(mark):
+            raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
+        history = History(
+            probe=probe,
+            end=end,
+            window=window,
+            period=period,
+            step=step,
+            meetings=analysis.merge(reduced.reports),
+            nodes=reduced.nodes,
+            expected=reduced.expected,
+            jobs=None,
+            warnings=[],
+            untied=reduced.problems,
+            node_info=node_info,
+        )
+        if jobs:
+            history.jobs = _jobs(prometheus, history)
+    # Decided after the last query: a partial answer to any of them (the jobs' too) is partial data.
+    history.warnings = prometheus.partial_since(mark)
+    if history.partial and not allow_partial:
+        raise Partial(
+            "partial data (rerun with --allow-partial to analyse the rest): " + "; ".join(history.problems)
+        )
+    return history
+
+
+def judge(
+    history: History,
+    *,
+    rules: Rules | None = None,
+    workload: cost.Workload = cost.IMPACT_WORKLOAD,
+) -> Analysis:
+    """The analysis of a group's history (checks/fabric/analysis.py): its suspects, each priced
+    for the jobs on its nodes where the history names them, else for ``workload``; partial when
+    the history is. Judging sets each of the history's meetings' ``ratio`` to the group's
+    reference and ``short``."""
+    with no_collection_pauses():
+        return analysis.analyze(
+            history.probe,
+            history.meetings,
+            window_seconds=history.window,
+            rules=rules,
+            expected=history.expected,
+            nodes=history.nodes,
+            problems=history.problems,
+            workload=workload,
+            jobs=history.jobs,
+        )
+
+
+def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]] | None:
+    """The jobs running on each node at the end of the window, each with its GPUs over the whole
+    cluster (clusterhealth_gpu_job_info); None when the family is absent."""
+    found = prometheus.query(f"last_over_time({JOB_INFO}[{JOBS_LOOKBACK}])", history.end)
+    if not found:
+        return None
+    names: dict[Target, set[str]] = {}
+    for series in history.node_info:
+        labels = series.get("metric", {})
+        if labels.get("node"):
+            names.setdefault(target_of(labels, ("node",)), set()).add(labels["node"])
+    gpus: dict[tuple[str, str, str, str], set[tuple[Target, str, str]]] = {}
+    on: dict[Target, set[tuple[str, str, str, str]]] = {}
+    for series in found:
+        labels = series.get("metric", {})
+        key = (
+            labels.get("scheduler", ""),
+            labels.get("exported_job", ""),
+            labels.get("namespace", ""),
+            labels.get("pod", ""),
+        )
+        if not any(key):
+            continue
+        target = target_of(labels, _JOB_LABELS)
+        gpus.setdefault(key, set()).add((target, labels.get("gpu", ""), labels.get("uuid", "")))
+        on.setdefault(target, set()).add(key)
+    jobs: dict[str, list[cost.Job]] = {}
+    for target, keys in on.items():
+        for node in names.get(target, ()):
+            jobs.setdefault(node, []).extend(cost.Job(*key, gpus=len(gpus[key])) for key in sorted(keys))
+    return jobs
+
+
+def _period(
+    prometheus: Prometheus, probe: str, match: str, selector: str, end: float, window: float
+) -> float:
+    """The group's round period, in seconds.
+
+    Rounds are numbered from the Unix epoch (round = wall clock // period), so the latest round
+    number and the time give the period to well under a second. Should the numbers not follow
+    that rule, the number of round changes in the window gives an upper bound.
+    """
+    latest = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
+    values = [float(s["value"][1]) for s in latest if "value" in s]
+    if not values:
+        raise NoVerdict(f"no results of probe {probe} ({ROUND}) in Prometheus over the window")
+    if values[0] >= 1 and end / (values[0] + 0.5) <= window:
+        return end / (values[0] + 0.5)
+    changes = prometheus.query(f"max(changes({ROUND}{{{match}}}{selector}))", end)
+    counted = [float(s["value"][1]) for s in changes if "value" in s]
+    return window / (max(counted, default=0.0) + 1)
+
+
+# --- from Prometheus's answers to reports -------------------------------------------------------
+
+
+@dataclass
+class Reduced:
+    reports: list[Report]
+    nodes: set[str]  # names of nodes whose agents export the group's results
+    expected: float | None  # median of the agents' expectations, when they export one
+    problems: list[str]
+
+
+def reduce_series(
+    probe: str,
+    node_info: Sequence[Mapping[str, Any]],
+    rounds: Sequence[Mapping[str, Any]],
+    bandwidth: Sequence[Mapping[str, Any]],
+    peer_success: Sequence[Mapping[str, Any]],
+    expected: Sequence[Mapping[str, Any]] = (),
+) -> Reduced:
+    """Reports of one group from the ``result`` lists of the queries that read its history in
+    windows (``read_history``): one point per series and window, at the window's end.
+
+    * ``node_info``: the agents' names, an instant vector (one name per target for the whole
+      window) or a matrix (per window, when an agent changed its name);
+    * ``rounds``: per target, the round in each window in which it did not change;
+    * ``bandwidth``, ``peer_success``: per target and partner, the last result in each window.
+
+    Series are tied to a node by their target (every label but the metric's own: ``instance``,
+    ``job`` and whatever relabelling added) and ``clusterhealth_node_info{node}`` of that target.
+    A result belongs to the round of the same target in the same window; in a window without one
+    (the round changed within it) it is left out, as the windows next to it hold it. Whatever
+    cannot be tied to a node or a round is named in ``problems``.
+    """
+    names: dict[Target, str] = {}
+    named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
+    for series in node_info:
+        labels = series.get("metric", {})
+        node = labels.get("node")
+        if not node:
+            continue
+        target = target_of(labels, ("node",))
+        if "values" in series:
+            at = named_at.setdefault(target, {})
+            for t, _ in points(series):
+                at[t] = node if at.get(t, node) == node else None
+        else:
+            names[target] = node
+
+    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
+    # wrote them (a time, a text), and only what is kept is converted.
+    round_at: dict[Target, dict[Any, int]] = {}
+    as_round: dict[Any, int | None] = {}
+    for series in rounds:
+        labels = series.get("metric", {})
+        if labels.get("probe") != probe:
+            continue
+        steps = round_at.setdefault(target_of(labels, ("probe",)), {})
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
+                if r is not None:
+                    steps[t] = r
+            except (TypeError, IndexError, KeyError):
+                continue
+
+    found: dict[tuple[int, str, str], list[Any]] = {}
+    untied: dict[Target, str] = {}
+
+    def add(series: Mapping[str, Any], slot: int) -> None:
+        labels = series.get("metric", {})
+        if labels.get("probe") != probe:
+            return
+        peer = labels.get("peer", "")
+        if not peer:
+            return  # a node-local probe of the same name: not a meeting
+        target = target_of(labels, ("probe", "peer"))
+        if target not in names and target not in named_at:
+            untied[target] = f"{show_target(target)} exports {probe} results but no {NODE_INFO}"
+            return
+        steps = round_at.get(target)
+        if steps is None:
+            untied[target] = f"{show_target(target)} exports {probe} results without {ROUND}"
+            return
+        fixed, at = names.get(target), named_at.get(target)
+        for pair in series.get("values", ()):
+            try:
+                t, text = pair[0], pair[1]
+                r = steps.get(t)
+            except (TypeError, IndexError, KeyError):
+                continue
+            node = fixed if at is None else at.get(t)
+            if r is None or node is None:
+                continue  # the round (or the name) changed in this window
+            key = (r, node, peer)
+            entry = found.get(key)
+            if entry is None:
+                found[key] = [None, None, t, t]
+                entry = found[key]
+            entry[slot] = text
+            entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
+
+    for series in bandwidth:
+        add(series, 0)
+    for series in peer_success:
+        add(series, 1)
+
+    reports = []
+    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
+        bw, ok = number(bw_text), number(ok_text)
+        bandwidth_value = bw if bw is not None and bw > 0 else None
+        success = None if ok is None else ok >= 0.5
+        seen, until = number(first), number(last)
+        if seen is None or until is None:
+            continue
+        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
+    exporting = {names[t] for t in round_at if t in names}
+    exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
+    expectations = [
+        v
+        for series in expected
+        if series.get("metric", {}).get("probe") == probe
+        for _, v in points(series)[-1:]
+        if math.isfinite(v) and v > 0
+    ]
+    return Reduced(
+        reports,
+        exporting,
+        statistics.median(expectations) if expectations else None,
+        sorted(untied.values()),
+    )
+
+
+def _whole(text: Any) -> int | None:
+    value = number(text)
+    return None if value is None else int(value)
