@@ -25,6 +25,7 @@ from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, parse_scenario
 
 if TYPE_CHECKING:
+    from .kube import KubeAPI
     from .slurm import SlurmCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,3 +225,20 @@ def slurm(slurm_session: SlurmCluster) -> SlurmCluster:
     """The session's Slurm cluster as a fresh one: no job, every node IDLE with no reason."""
     slurm_session.reset()
     return slurm_session
+
+
+@pytest.fixture(scope="session")
+def kube_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
+    """One real Kubernetes API (etcd and kube-apiserver 1.20; tests/kube.py) for the session;
+    tests take it through `kube`, which resets it first."""
+    from .kube import KubeAPI
+
+    with KubeAPI(tmp_path_factory.mktemp("kube")) as api:
+        yield api
+
+
+@pytest.fixture
+def kube(kube_session: KubeAPI) -> KubeAPI:
+    """The session's Kubernetes API with no Node and no object a test left behind."""
+    kube_session.reset()
+    return kube_session
