@@ -326,12 +326,12 @@ class KubeAPI:
         deadline = time.monotonic() + timeout
         delay = 0.05
         while not condition():
-            for process in (self._etcd, self._apiserver):
+            for name, process in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):
                 if process is not None and process.poll() is not None:
                     logs = self.logs()
                     if "address already in use" in logs:
                         raise _PortTaken(logs)
-                    raise RuntimeError(f"{process.args[4]} exited waiting for {what}:\n{logs}")
+                    raise RuntimeError(f"{name} exited waiting for {what}:\n{logs}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited {timeout} s for {what}\n{self.logs()}")
             time.sleep(delay)
@@ -364,7 +364,9 @@ class KubeAPI:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "test", "cluster": {"server": self.server, "certificate-authority": str(self.ca)}}],
+            "clusters": [
+                {"name": "test", "cluster": {"server": self.server, "certificate-authority": str(self.ca)}}
+            ],
             "users": [{"name": "user", "user": {"token": token or self.admin_token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user"}}],
             "current-context": "test",
@@ -373,7 +375,9 @@ class KubeAPI:
         path.chmod(0o600)
         return path
 
-    def kubectl(self, *args: str, token: str | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, token: str | None = None, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """kubectl (`make k8s-tools`) against this API, as admin unless told another token."""
         kubectl = Path(sys.executable).parent / "kubectl"
         if not kubectl.exists():
@@ -410,7 +414,9 @@ class KubeAPI:
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         }
         self.admin.post("/api/v1/nodes", node).ok()
-        return self.admin.patch(f"/api/v1/nodes/{name}/status", kubelet_status(ready, heartbeat, gpus)).ok().body
+        return (
+            self.admin.patch(f"/api/v1/nodes/{name}/status", kubelet_status(ready, heartbeat, gpus)).ok().body
+        )
 
     def node(self, name: str) -> dict[str, Any]:
         body: dict[str, Any] = self.admin.get(f"/api/v1/nodes/{name}").ok().body
@@ -461,12 +467,13 @@ def kubelet_status(
         }  # fmt: skip
 
     resources = {"cpu": "64", "memory": "1056Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    sufficient = "kubelet has sufficient {} available"
     return {
         "status": {
             "conditions": [
-                condition("MemoryPressure", False, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("MemoryPressure", False, "KubeletHasSufficientMemory", sufficient.format("memory")),
                 condition("DiskPressure", False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                condition("PIDPressure", False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("PIDPressure", False, "KubeletHasSufficientPID", sufficient.format("PID")),
                 condition("Ready", ready, "KubeletReady" if ready else "KubeletNotReady",
                           "kubelet is posting ready status" if ready else "container runtime is down"),
             ],
@@ -496,8 +503,9 @@ def helm_template(*args: str) -> list[dict[str, Any]]:
     helm = Path(sys.executable).parent / "helm"
     if not helm.exists():
         pytest.fail(f"{helm} is missing: `make k8s-tools` installs it (`make test` does)")
+    chart = ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth"
     done = subprocess.run(
-        [str(helm), "template", "clusterhealth", str(ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth"), *args],
+        [str(helm), "template", "clusterhealth", str(chart), *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -10,8 +10,8 @@ Slurm's multiple-slurmd build allows. A slurmd does not pass its environment to 
 HealthCheckProgram gets only SLURMD_NODENAME, Prolog and Epilog the job's variables and SLURM_CONF.
 What those scripts read from fixed paths (/etc/slurm/slurm.conf for `scontrol`, /dev/log for
 `logger`, /run/clusterhealth/jobs, /usr/local/bin/clusterhealth, /etc/clusterhealth/...) is each
-node's own: every slurmd runs in a mount namespace of its own whose /etc, /run, /usr/local and
-/dev are overlays, the machine's below and the node's folder `node_root(name)` on top (the
+node's own: every slurmd runs in a mount namespace of its own whose /etc, /opt, /run, /usr/local
+and /dev are overlays, the machine's below and the node's folder `node_root(name)` on top (the
 node's writes land there, the machine is not changed), and in a PID namespace of its own, so
 that its job steps die with it. Each node's /dev holds `nvidia0..N-1` (character devices 195:N,
 as a GPU node's: Slurm's GRES needs device files, and counts a job's GPUs by their numbers) and
@@ -27,6 +27,7 @@ Usage (tests/conftest.py has the fixtures):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -53,7 +54,7 @@ JOB_ENDED = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
     "BOOT_FAIL", "DEADLINE",
 }  # fmt: skip
-OVERLAID = ("etc", "run", "usr/local", "dev")
+OVERLAID = ("etc", "opt", "run", "usr/local", "dev")
 NVIDIA_MAJOR = 195
 # Unix socket paths are limited to 108 bytes.
 SOCKET_PATH_MAX = 100
@@ -74,6 +75,11 @@ class Node:
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        """Registered and answering slurmctld (drained or not)."""
+        return self.state not in ("DOWN", "UNKNOWN", "FUTURE") and "NOT_RESPONDING" not in self.flags
 
     @property
     def available(self) -> bool:
@@ -123,7 +129,8 @@ class SlurmCluster:
 
     `settings` are slurm.conf lines (key -> value) added to or replacing the defaults, e.g.
     HealthCheckProgram, HealthCheckInterval, Prolog, Epilog. `lower`: a root folder whose etc,
-    run, usr/local are laid under every node's own, above the machine's (an installed tree).
+    opt, run, usr/local are laid under every node's own, above the machine's (an installed tree;
+    a node sees a change to it when its slurmd is restarted).
     `gpus` GPUs per node, `shards` GRES shards per node (jobs that share a GPU).
     `startup_seconds` is how long `start()` took.
     """
@@ -204,7 +211,9 @@ class SlurmCluster:
         )
         for name in self.node_names:
             self._start_slurmd(name)
-        self.wait(lambda: all(n.available for n in self.nodes().values()), timeout, "every node IDLE")
+        # Responding, not necessarily in service: a HealthCheckProgram may drain a node as its
+        # slurmd starts.
+        self.wait(lambda: all(n.responding for n in self.nodes().values()), timeout, "every node responding")
 
     def stop(self) -> None:
         """Stop every process of the cluster, jobs included; safe to call twice."""
@@ -341,7 +350,7 @@ class SlurmCluster:
     # --- nodes ---------------------------------------------------------------------------
 
     def node_root(self, name: str) -> Path:
-        """The node's own layer over /etc, /run, /usr/local and /dev (folders of those names).
+        """The node's own layer over /etc, /opt, /run, /usr/local and /dev (folders of those names).
         Write what the node should see before its slurmd starts (or restart it): files changed
         under a mounted overlay need not show. For a file that changes during a test, put a
         symlink here to a file outside it."""
@@ -381,9 +390,8 @@ class SlurmCluster:
             lower = f"/{d}"
             if self.lower is not None and d != "dev" and (self.lower / d).is_dir():
                 lower = f"{self.lower / d}:/{d}"
-            lines.append(
-                f"mount -t overlay overlay -o lowerdir={lower},upperdir={root}/{d},workdir={root}/.work/{d} /{d}"
-            )
+            layers = f"lowerdir={lower},upperdir={root}/{d},workdir={root}/.work/{d}"
+            lines.append(f"mount -t overlay overlay -o {layers} /{d}")
         lines.append(
             f"for sub in $(awk -v k='{root}/.keep/' 'index($2, k) == 1 {{ s = substr($2, length(k) + 1);"
             f" if (s !~ /\\//) print s }}' /proc/self/mounts); do"
@@ -411,10 +419,8 @@ class SlurmCluster:
         except OSError:
             children = []
         for child in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(child), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         _terminate(process, signal.SIGKILL if not children else signal.SIGTERM)
 
     def restart_node(self, name: str, timeout: float = 60) -> Node:
@@ -428,7 +434,7 @@ class SlurmCluster:
         self._start_slurmd(name)
         return self.wait_node(
             name,
-            lambda n: n.slurmd_start_time != before and "NOT_RESPONDING" not in n.flags,
+            lambda n: n.slurmd_start_time != before and n.responding,
             timeout,
             f"{name}'s new slurmd registered",
         )
@@ -550,6 +556,15 @@ class SlurmCluster:
         """Wait until the job runs (its Prolog has run on every node: PrologFlags=Alloc,
         or its first step has started)."""
         self.wait(lambda: self.job(job_id)["JobState"] == "RUNNING", timeout, f"job {job_id} running")
+
+    def output(self, job_id: int) -> str:
+        """What the batch job wrote so far (its --output file)."""
+        path = self.base / "jobs" / f"{job_id}.out"
+        return path.read_text() if path.exists() else ""
+
+    def wait_output(self, job_id: int, text: str, timeout: float = 60) -> None:
+        """Wait until the batch job has written `text`: its script runs after its Prolog ended."""
+        self.wait(lambda: text in self.output(job_id), timeout, f"job {job_id} writing {text!r}")
 
     def next_job_id(self, job_id: int) -> None:
         """The next job gets this id, which must be above every id given so far: FirstJobId,
@@ -693,7 +708,7 @@ class SlurmCluster:
                     log = self.logs()
                     if "Address already in use" in log:
                         raise _PortTaken(log)
-                    raise RuntimeError(f"a Slurm daemon exited ({p.args}) waiting for {what}:\n{log}")
+                    raise RuntimeError(f"a Slurm daemon exited ({p.args!r}) waiting for {what}:\n{log}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited {timeout} s for {what}\n{self.logs()}")
             time.sleep(delay)

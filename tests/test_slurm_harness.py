@@ -112,7 +112,9 @@ def test_restarting_a_node_runs_a_fresh_slurmd(slurm: SlurmCluster) -> None:
     assert after.slurmd_start_time > before and "NOT_RESPONDING" not in after.flags
 
 
-def test_two_clusters_run_at_once_and_stopping_one_leaves_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
+def test_two_clusters_run_at_once_and_stopping_one_leaves_nothing(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
     other = SlurmCluster(tmp_path / "other", nodes=2)
     with other:
         assert other.name != slurm.name and other.ctld_port != slurm.ctld_port
