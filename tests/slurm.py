@@ -225,9 +225,10 @@ class SlurmCluster:
         if self._syslog_thread is not None:
             self._syslog_thread.join(timeout=10)
             self._syslog_thread = None
-        for s in self._syslog_sockets.values():
-            s.close()
-        self._syslog_sockets.clear()
+        with self._syslog_lock:
+            for s in self._syslog_sockets.values():
+                s.close()
+            self._syslog_sockets.clear()
 
     def _stop_daemons(self) -> None:
         for name in list(self._slurmd):
@@ -637,22 +638,30 @@ class SlurmCluster:
         def serve() -> None:
             while not self._stopping.is_set():
                 for key, _ in selector.select(timeout=0.2):
-                    try:
-                        data = key.fileobj.recv(65536)  # type: ignore[union-attr]
-                    except OSError:
-                        continue
-                    message = _parse_syslog(data.decode(errors="replace"))
-                    if message is not None:
-                        with self._syslog_lock:
-                            self._syslog[key.data].append(message)
+                    with self._syslog_lock:
+                        self._receive(key.data)
             selector.close()
 
         self._syslog_thread = threading.Thread(target=serve, name=f"syslog-{self.name}", daemon=True)
         self._syslog_thread.start()
 
+    def _receive(self, name: str) -> None:
+        """Take every datagram waiting on the node's socket (the caller holds the lock)."""
+        sock = self._syslog_sockets.get(name)
+        while sock is not None:
+            try:
+                data = sock.recv(65536, socket.MSG_DONTWAIT)
+            except OSError:  # nothing left (or the socket closed)
+                return
+            message = _parse_syslog(data.decode(errors="replace"))
+            if message is not None:
+                self._syslog[name].append(message)
+
     def syslog(self, name: str) -> list[SyslogMessage]:
-        """What the node's programs sent to /dev/log so far."""
+        """What the node's programs sent to /dev/log so far (all of it: what is still waiting on
+        the socket is taken first)."""
         with self._syslog_lock:
+            self._receive(name)
             return list(self._syslog[name])
 
     def logs(self, lines: int = 20) -> str:
@@ -683,7 +692,8 @@ class SlurmCluster:
         self.wait(lambda: all(n.available and n.reason is None for n in self.nodes().values()), timeout,
                   "every node IDLE")  # fmt: skip
         with self._syslog_lock:
-            for messages in self._syslog.values():
+            for name, messages in self._syslog.items():
+                self._receive(name)
                 messages.clear()
 
     def wait(

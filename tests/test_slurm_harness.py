@@ -129,3 +129,19 @@ def test_two_clusters_run_at_once_and_stopping_one_leaves_nothing(
     assert processes_of(other) == []
     assert all(nothing_listens_on(p) for p in ports)
     assert slurm.node("n1").available
+
+
+def test_slurmd_gives_a_prolog_none_of_its_own_environment(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """What docs/deploy.md tells sites: a variable in slurmd's environment does not reach the
+    Prolog (nor PATH), so the scripts' directory is moved with a wrapper, not with slurmd's
+    environment."""
+    assert "PATH" in slurm.env
+    prolog = tmp_path / "prolog"
+    prolog.write_text(f'#!/bin/sh\nenv >"{tmp_path}/env.$SLURM_JOB_ID"\n')
+    prolog.chmod(0o755)
+    slurm.set(Prolog=str(prolog))
+    job = slurm.sbatch("srun true", nodes=["n2"])
+    assert slurm.wait_job(job) == "COMPLETED"
+    env = dict(line.split("=", 1) for line in (tmp_path / f"env.{job}").read_text().splitlines())
+    assert env["SLURM_JOB_ID"] == str(job) and env["SLURMD_NODENAME"] == "n2"
+    assert "PATH" not in env and "HOME" not in env
