@@ -32,7 +32,6 @@ import os
 import random
 import re
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
@@ -752,12 +751,3 @@ def _parse_syslog(datagram: str) -> SyslogMessage | None:
         return None
     priority = int(match.group(1))
     return SyslogMessage(priority >> 3, priority & 7, match.group(2), match.group(3).rstrip("\n"))
-
-
-def slurm_tools_present() -> None:
-    for tool in ("slurmctld", "slurmd", "munged", "scontrol", "unshare", "setpriv"):
-        require_tool(tool)
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
