@@ -47,15 +47,19 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # network namespaces, buildah and mmdebstrap for the container image test (which bootstraps its
 # own Debian base), unshare (util-linux) for the install test's private mounts, testssl.sh to scan
 # the endpoint's TLS, Open MPI's mpirun (and its libmpi, which the mpi4py wheel of the test extras
-# loads) for the impact validation's all-reduce in the lab.
+# loads) for the impact validation's all-reduce in the lab; Slurm's controller, node daemon and
+# client commands with munge for the real cluster of tests/slurm.py (setpriv, of util-linux, ties
+# its daemons' lives to the test run's); etcd for the real Kubernetes API of tests/kube.py, and Go
+# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
-             mpirun:openmpi-bin
+             mpirun:openmpi-bin slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client \
+             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
-        k8s-tools dist wheels image install uninstall
+        k8s-tools kube-apiserver dist wheels image install uninstall
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -128,7 +132,7 @@ uninstall:
 
 test: venv sysdeps lint unit
 
-unit: venv sysdeps k8s-tools
+unit: venv sysdeps k8s-tools kube-apiserver
 	$(BIN)/python -m pytest -q
 
 lint: venv typecheck
@@ -184,6 +188,13 @@ k8s-tools: $(BIN)/helm tests/k8s/node_modules/.package-lock.json
 
 $(BIN)/helm: tests/k8s/install_tools.py | $(VENV)/.installed
 	$(BIN)/python tests/k8s/install_tools.py $(BIN)
+
+# kube-apiserver for the real Kubernetes API of tests/kube.py: no registry ships it, so it is built
+# from Debian bookworm's source package, once, into a cache outside the clone that every clone
+# shares (${CLUSTERHEALTH_CACHE:-/var/cache/clusterhealth}; about 6 minutes on 2 cores the first
+# time, nothing after). See tests/k8s/build_apiserver.sh.
+kube-apiserver: sysdeps
+	tests/k8s/build_apiserver.sh
 
 tests/k8s/node_modules/.package-lock.json: tests/k8s/package-lock.json | sysdeps
 	cd tests/k8s && npm ci --no-audit --no-fund --loglevel=error

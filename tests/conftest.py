@@ -14,7 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -23,6 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusterhealth.exporters.sim import nvml as nvml_sim
 from clusterhealth.exporters.sim.scenario import SCENARIO_DIR, parse_scenario
+
+if TYPE_CHECKING:
+    from .kube import KubeAPI
+    from .slurm import SlurmCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -204,3 +208,37 @@ def readme_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from .node_root import readme_install
 
     return readme_install(tmp_path_factory.mktemp("readme-install"))
+
+
+@pytest.fixture(scope="session")
+def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One real Slurm cluster of 8 nodes for the session (tests/slurm.py); tests take it through
+    `slurm`, which resets it first."""
+    from .slurm import SlurmCluster
+
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=8) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster) -> SlurmCluster:
+    """The session's Slurm cluster as a fresh one: no job, every node IDLE with no reason."""
+    slurm_session.reset()
+    return slurm_session
+
+
+@pytest.fixture(scope="session")
+def kube_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
+    """One real Kubernetes API (etcd and kube-apiserver 1.20; tests/kube.py) for the session;
+    tests take it through `kube`, which resets it first."""
+    from .kube import KubeAPI
+
+    with KubeAPI(tmp_path_factory.mktemp("kube")) as api:
+        yield api
+
+
+@pytest.fixture
+def kube(kube_session: KubeAPI) -> KubeAPI:
+    """The session's Kubernetes API with no Node and no object a test left behind."""
+    kube_session.reset()
+    return kube_session

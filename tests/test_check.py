@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 from clusterhealth.checks.policy import CHECK_NAMES
 
 from .conftest import CLUSTERHEALTH, FIXTURES, ROOT, SCENARIOS, run_cli, samples, value
+from .slurm import Node, SlurmCluster
 from .test_kmsg import kmsg_record
 
 CLUSTER_NODE = FIXTURES / "sysfs" / "cluster-node" / "sys"
@@ -306,65 +306,145 @@ def test_agent_exports_check_status_and_firmware_inventory(tmp_path: Path) -> No
 # --- the deploy/ examples --------------------------------------------------------------------
 
 
-def fake_command(directory: Path, name: str, log: Path) -> None:
-    """A stand-in for a cluster command this machine lacks: records its arguments."""
-    script = directory / name
-    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name} $*" >> {log}\n')
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+HEALTHCHECK = ROOT / "deploy" / "slurm" / "clusterhealth-healthcheck"
+# The paths the health check reads on a node (slurmd gives it no environment to say others).
+NODE_CONFIG = "/etc/clusterhealth/clusterhealth.yaml"
+FAULTY_NODE = {"simulate": str(FAULTY), "paths": {"sysfs": str(CLUSTER_NODE), "kmsg": "/dev/null"}}
+DAEMON, ERR, WARNING = 3, 3, 4  # syslog facility and severities
 
 
-def run_slurm_healthcheck(tmp_path: Path, config: dict[str, Any] | None) -> list[str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    calls.touch()
-    fake_command(bin_dir, "scontrol", calls)  # Slurm is not installed here
-    fake_command(bin_dir, "logger", calls)
-    if config is not None:
-        (tmp_path / "clusterhealth.yaml").write_text(yaml.safe_dump(config))
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "CLUSTERHEALTH": CLUSTERHEALTH,
-        "CLUSTERHEALTH_CONFIG": str(tmp_path / "clusterhealth.yaml"),
-        "SLURMD_NODENAME": "gpu-node-17",
+def quiet_config(directory: Path, **extra: Any) -> dict[str, Any]:
+    """A healthy simulated node with no RDMA hardware and an empty kernel log (as `quiet_node`)."""
+    sysfs = directory / "quiet" / "sys"
+    (sysfs / "class" / "net" / "lo").mkdir(parents=True, exist_ok=True)
+    (sysfs / "class" / "net" / "lo" / "mtu").write_text("65536\n")
+    (directory / "quiet" / "kmsg").write_text("")
+    return {
+        "simulate": str(HEALTHY),
+        "paths": {"sysfs": str(sysfs), "kmsg": str(directory / "quiet" / "kmsg")},
+        **extra,
     }
-    script = ROOT / "deploy" / "slurm" / "clusterhealth-healthcheck"
-    done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return calls.read_text().splitlines()
 
 
-def test_slurm_healthcheck_drains_a_critical_node(tmp_path: Path) -> None:
-    config = {"simulate": str(FAULTY), "paths": {"sysfs": str(CLUSTER_NODE), "kmsg": "/dev/null"}}
-    calls = run_slurm_healthcheck(tmp_path, config)
-    drains = [c for c in calls if c.startswith("scontrol ")]
-    assert len(drains) == 1
+def healthcheck_cluster(base: Path, nodes: int, **settings: str) -> SlurmCluster:
+    """A real Slurm cluster whose slurmd run deploy/slurm's health check as slurm.conf.example
+    says. On each node /usr/local/bin/clusterhealth is this clone's command and the config file
+    is `node_config(cluster, name)`, which starts healthy."""
+    cluster = SlurmCluster(
+        base, nodes=nodes, gpus=1, shards=0,
+        settings={"HealthCheckProgram": str(HEALTHCHECK), "HealthCheckNodeState": "ANY", **settings},
+    )  # fmt: skip
+    for name in cluster.node_names:
+        root = cluster.node_root(name)
+        (root / "usr" / "local" / "bin").mkdir(parents=True)
+        (root / "usr" / "local" / "bin" / "clusterhealth").symlink_to(CLUSTERHEALTH)
+        (root / NODE_CONFIG.lstrip("/")).parent.mkdir(parents=True)
+        (root / NODE_CONFIG.lstrip("/")).symlink_to(node_config(cluster, name))
+        write_node_config(cluster, name, quiet_config(base))
+    return cluster
+
+
+def node_config(cluster: SlurmCluster, name: str) -> Path:
+    return cluster.base / f"{name}.clusterhealth.yaml"
+
+
+def write_node_config(cluster: SlurmCluster, name: str, config: dict[str, Any] | None) -> None:
+    path = node_config(cluster, name)
+    if config is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(yaml.safe_dump(config))
+
+
+def expected_reason(config: dict[str, Any], tmp_path: Path) -> str:
+    """The drain reason for what `check --format line` says of the node, as the script makes it."""
+    line = check("--format", "line", config=config, tmp_path=tmp_path).stdout.strip()
+    # The line leads with the verdict ("unhealthy replace: CRITICAL: ..."); the reason drops it.
+    verdict, found, reason = line.partition(" CRITICAL: ")
+    assert found and verdict.startswith("unhealthy "), line
+    return ("clusterhealth: " + reason)[:200]
+
+
+@pytest.fixture(scope="module")
+def hc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    # A run only when a slurmd starts (restart_node), so that each test decides when one happens.
+    with healthcheck_cluster(tmp_path_factory.mktemp("slurm-hc"), 2, HealthCheckInterval="3600") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def hc(hc_cluster: SlurmCluster) -> SlurmCluster:
+    for name in hc_cluster.node_names:
+        write_node_config(hc_cluster, name, quiet_config(hc_cluster.base))
+    hc_cluster.reset()
+    return hc_cluster
+
+
+def run_health_check(cluster: SlurmCluster, config: dict[str, Any] | None, node: str = "n1") -> Node:
+    """The node's health check run by its slurmd (which runs it when it starts) with this config."""
+    write_node_config(cluster, node, config)
+    return cluster.restart_node(node)
+
+
+def test_slurm_healthcheck_drains_a_critical_node(hc: SlurmCluster, tmp_path: Path) -> None:
+    node = run_health_check(hc, FAULTY_NODE)
+    assert node.drained and node.reason_user == "root"
+    assert node.reason == expected_reason(FAULTY_NODE, tmp_path)
     # The reason is the verdict's: GPU 7 must be replaced; the line's verdict words stay out of it.
     reason = "clusterhealth: gpu_ecc_uncorrectable 7: GPU 7: its SRAM uncorrectable ECC errors passed"
-    assert drains[0].startswith(f"scontrol update nodename=gpu-node-17 state=drain reason={reason}")
-    assert len(drains[0].split("reason=", 1)[1]) <= 200
+    assert node.reason.startswith(reason) and len(node.reason) <= 200
+    (logged,) = hc.syslog("n1")
+    assert (logged.facility, logged.severity, logged.tag) == (DAEMON, ERR, "clusterhealth")
+    assert logged.text.startswith("drained n1: unhealthy replace: CRITICAL: gpu_ecc_uncorrectable 7: ")
+    assert hc.node("n2").available and hc.node("n2").reason is None and hc.syslog("n2") == []
 
 
-def test_slurm_healthcheck_leaves_a_healthy_node_alone(tmp_path: Path, quiet_node: dict[str, str]) -> None:
-    config = {"simulate": str(HEALTHY), "paths": {"sysfs": quiet_node["sysfs"], "kmsg": quiet_node["kmsg"]}}
-    assert run_slurm_healthcheck(tmp_path, config) == []
+def test_slurm_healthcheck_leaves_a_healthy_node_alone(hc: SlurmCluster) -> None:
+    node = run_health_check(hc, quiet_config(hc.base))
+    assert node.available and node.reason is None
+    assert hc.syslog("n1") == []
 
 
-def test_slurm_healthcheck_does_not_drain_on_a_bad_config(tmp_path: Path) -> None:
-    calls = run_slurm_healthcheck(tmp_path, {"collectors": {"gpu": {"interval_seconds": "often"}}})
-    assert not any(c.startswith("scontrol") for c in calls)
-    assert any(c.startswith("logger ") for c in calls)
+def test_slurm_healthcheck_logs_a_warning_and_leaves_the_node_in_service(
+    hc: SlurmCluster, tmp_path: Path
+) -> None:
+    config = quiet_config(hc.base, policy={"gpu_count": 4})  # 8 GPUs answer: more than expected
+    line = check("--format", "line", config=config, tmp_path=tmp_path).stdout.strip()
+    assert line.startswith("WARNING: gpu_count node: 8 GPUs answer NVML, expected 4"), line
+    node = run_health_check(hc, config)
+    assert node.available and node.reason is None
+    assert [(m.facility, m.severity, m.text) for m in hc.syslog("n1")] == [
+        (DAEMON, WARNING, f"health check rc=1: {line}")
+    ]
 
 
-def test_slurm_healthcheck_without_its_config_says_so(tmp_path: Path) -> None:
-    calls = run_slurm_healthcheck(tmp_path, None)
-    logged = [c for c in calls if c.startswith("logger ")]
-    missing = str(tmp_path / "clusterhealth.yaml")
-    assert any(f"cannot read {missing}" in c and "not checked" in c for c in logged), calls
-    # Whatever the checks found, their report says they ran without the policy.
-    report = [c for c in calls if c not in logged or "health check rc=" in c or "drained" in c]
-    assert report and all(f"[no policy: {missing} missing]" in c for c in report), calls
+def test_slurm_healthcheck_does_not_drain_on_a_bad_config(hc: SlurmCluster) -> None:
+    node = run_health_check(hc, {"collectors": {"gpu": {"interval_seconds": "often"}}})
+    assert node.available and node.reason is None
+    (logged,) = hc.syslog("n1")
+    assert logged.severity == WARNING and logged.text.startswith("health check rc=2: "), logged
+
+
+def test_slurm_healthcheck_without_its_config_says_so(hc: SlurmCluster) -> None:
+    node = run_health_check(hc, None)
+    logged = [m.text for m in hc.syslog("n1")]
+    missing = f"cannot read {NODE_CONFIG}"
+    assert any(missing in m and "not checked" in m for m in logged), logged
+    # Whatever the checks found on this machine, their report says they ran without the policy.
+    report = [m for m in logged if m.startswith(("health check rc=", "drained"))]
+    if node.drained:
+        assert node.reason is not None and f"[no policy: {NODE_CONFIG} missing]" in node.reason
+    assert report and all(f"[no policy: {NODE_CONFIG} missing]" in m for m in report), logged
+
+
+def test_slurmd_runs_the_health_check_every_interval(tmp_path: Path) -> None:
+    """Between slurmd's starts, HealthCheckInterval runs it: a node that turns faulty is drained
+    without anyone restarting anything."""
+    with healthcheck_cluster(tmp_path / "slurm", 1, HealthCheckInterval="2") as cluster:
+        assert cluster.node("n1").available
+        write_node_config(cluster, "n1", FAULTY_NODE)
+        node = cluster.wait_node("n1", lambda n: n.drained, 120, "n1 drained by its health check")
+        assert node.reason == expected_reason(FAULTY_NODE, tmp_path)
 
 
 def test_the_health_check_reads_the_one_config_path() -> None:

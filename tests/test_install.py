@@ -5,9 +5,9 @@ The installed tree is the README's own `sudo make install`, run as written into 
 /usr/local (read-only overlay mounts in a private mount namespace, as root), so that the installed
 unit, command, config and Slurm health check are seen at the paths they name, and nothing on the
 machine is touched: `systemd-analyze verify` checks the installed unit against the installed
-command, and the installed health check runs with a stand-in `scontrol` against the installed
-policy. `DESTDIR`, `PREFIX`, `WHEEL=`, a reinstall and `make uninstall` are checked with a staged
-install of the wheel.
+command, and a real slurmd runs the installed health check against the installed policy.
+`DESTDIR`, `PREFIX`, `SYSCONFDIR`, `WHEEL=`, a reinstall and `make uninstall` are checked with a
+staged install of the wheel.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import yaml
 from .conftest import ROOT, SCENARIOS, AgentProcess, require_tool
 from .dist import VERSION, make, project_wheel, wheelhouse
 from .node_root import in_root
-from .test_check import fake_command
+from .slurm import SlurmCluster
 
 UNIT = "usr/local/lib/systemd/system/clusterhealth.service"
 CONFIG = "etc/clusterhealth/clusterhealth.yaml"
@@ -85,43 +85,50 @@ def test_the_installed_health_check_drains_on_what_only_the_installed_policy_see
 ) -> None:
     """An empty sysfs (no HCA) on a healthy simulated GPU node: only the installed policy's
     `hca_count: mlx5_[0-7] count 8` makes that CRITICAL. The file is the installed default config
-    with the simulated node's paths added; the policy in it is untouched."""
+    with the simulated node's paths added; the policy in it is untouched. A real slurmd runs the
+    installed health check (HealthCheckProgram= as slurm.conf.example says) on a node that has the
+    installed tree laid over its /etc, /opt and /usr/local (tests/slurm.py)."""
     (tmp_path / "sys").mkdir()
     config = root / CONFIG
     original = config.read_text()
     healthy = SCENARIOS / "h100-healthy.yaml"
     node = f"simulate: {healthy}\npaths: {{sysfs: {tmp_path / 'sys'}, kmsg: /dev/null}}\n"
     config.write_text(original + "\n" + node)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    calls.touch()
-    fake_command(bin_dir, "scontrol", calls)
-    fake_command(bin_dir, "logger", calls)
-    env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    settings = {
+        "HealthCheckProgram": "/usr/local/sbin/clusterhealth-healthcheck",
+        "HealthCheckInterval": "3600",
+        "HealthCheckNodeState": "ANY",
+    }
     try:
-        result = in_root(root, "SLURMD_NODENAME=gpu-node-17 clusterhealth-healthcheck\n", env=env)
-        assert result.returncode == 0, result.stderr
-        drains = [c for c in calls.read_text().splitlines() if c.startswith("scontrol ")]
-        assert len(drains) == 1, calls.read_text()
-        assert "state=drain reason=clusterhealth: hca_count" in drains[0]
-        # Without the file, the same node is not drained for it, and the log says why.
-        config.unlink()
-        calls.write_text("")
-        result = in_root(root, "SLURMD_NODENAME=gpu-node-17 clusterhealth-healthcheck\n", env=env)
-        assert result.returncode == 0, result.stderr
-        logged = calls.read_text()
-        assert "hca_count" not in logged
-        assert "cannot read /etc/clusterhealth/clusterhealth.yaml" in logged
+        # slurmd runs the health check as it starts, before it registers.
+        with SlurmCluster(
+            tmp_path / "slurm", nodes=1, gpus=1, shards=0, settings=settings, lower=root
+        ) as cluster:
+            drained = cluster.node("n1")
+            assert drained.drained and drained.reason is not None, drained
+            assert drained.reason.startswith("clusterhealth: hca_count mlx5_[0-7]: "), drained.reason
+            assert [m.text.split(":")[0] for m in cluster.syslog("n1")] == ["drained n1"]
+            # Without the file, the same node is not drained for it, and the log says why.
+            config.unlink()
+            cluster.resume("n1")
+            again = cluster.restart_node("n1")
+            assert "hca_count" not in (again.reason or "")
+            logged = [m.text for m in cluster.syslog("n1")][1:]
+            assert not any("hca_count" in m for m in logged), logged
+            assert any("cannot read /etc/clusterhealth/clusterhealth.yaml" in m for m in logged), logged
     finally:
         config.write_text(original)
 
 
 def test_a_staged_wheel_install_reinstall_and_uninstall(tmp_path: Path) -> None:
-    """`make install WHEEL=... DESTDIR=... PREFIX=/usr` (the README's other way, from `make dist`'s
-    wheel; the wheel of `make wheels` is the same build), then again, then `make uninstall`."""
+    """`make install WHEEL=... DESTDIR=... PREFIX=/usr SYSCONFDIR=/etc/site` (the README's other
+    way, from `make dist`'s wheel; the wheel of `make wheels` is the same build), then again, then
+    `make uninstall`. Every installed file that names the config or the environment file names
+    them under SYSCONFDIR."""
     root = tmp_path / "root"
-    install(root, "PREFIX=/usr")
+    site = ("PREFIX=/usr", "SYSCONFDIR=/etc/site")
+    config = "etc/site/clusterhealth/clusterhealth.yaml"
+    install(root, *site)
     # The virtualenv was made under DESTDIR but names only its final path.
     for script in (root / "opt/clusterhealth/bin").iterdir():
         if script.is_file() and not script.is_symlink():
@@ -129,20 +136,28 @@ def test_a_staged_wheel_install_reinstall_and_uninstall(tmp_path: Path) -> None:
     assert os.readlink(root / "usr/bin/clusterhealth") == "/opt/clusterhealth/bin/clusterhealth"
     unit = (root / "usr/lib/systemd/system/clusterhealth.service").read_text()
     assert "\nExecStart=/usr/bin/clusterhealth agent $CLUSTERHEALTH_ARGS\n" in unit
+    assert "\nEnvironmentFile=-/etc/site/default/clusterhealth\n" in unit
     assert (
-        "CLUSTERHEALTH=${CLUSTERHEALTH:-/usr/bin/clusterhealth}"
-        in (root / "usr/sbin/clusterhealth-healthcheck").read_text()
+        "--config /etc/site/clusterhealth/clusterhealth.yaml"
+        in (root / "etc/site/default/clusterhealth").read_text()
     )
-    (root / CONFIG).write_text("collectors: {gpu: {interval_seconds: 5}}\n")
-    install(root, "PREFIX=/usr")
-    assert (root / CONFIG).read_text() == "collectors: {gpu: {interval_seconds: 5}}\n"
-    assert (root / (CONFIG + ".dist")).read_text() == (ROOT / "deploy" / "clusterhealth.yaml").read_text()
-    make("uninstall", f"DESTDIR={root}", "PREFIX=/usr")
+    healthcheck = (root / "usr/sbin/clusterhealth-healthcheck").read_text()
+    assert "CLUSTERHEALTH=${CLUSTERHEALTH:-/usr/bin/clusterhealth}" in healthcheck
+    assert "CONFIG=${CLUSTERHEALTH_CONFIG:-/etc/site/clusterhealth/clusterhealth.yaml}" in healthcheck
+    npd = (root / "usr/share/clusterhealth/node-problem-detector-clusterhealth.json").read_text()
+    assert '"/etc/site/clusterhealth/clusterhealth.yaml"' in npd
+    for installed in (healthcheck, npd, unit):
+        assert "/etc/clusterhealth" not in installed and "/etc/default" not in installed
+    (root / config).write_text("collectors: {gpu: {interval_seconds: 5}}\n")
+    install(root, *site)
+    assert (root / config).read_text() == "collectors: {gpu: {interval_seconds: 5}}\n"
+    assert (root / (config + ".dist")).read_text() == (ROOT / "deploy" / "clusterhealth.yaml").read_text()
+    make("uninstall", f"DESTDIR={root}", *site)
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
     assert left == [
-        "etc/clusterhealth/clusterhealth.yaml",
-        "etc/clusterhealth/clusterhealth.yaml.dist",
-        "etc/default/clusterhealth",
+        "etc/site/clusterhealth/clusterhealth.yaml",
+        "etc/site/clusterhealth/clusterhealth.yaml.dist",
+        "etc/site/default/clusterhealth",
     ]
 
 

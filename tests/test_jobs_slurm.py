@@ -1,7 +1,8 @@
-"""Slurm attribution: deploy/slurm's Prolog and Epilog run for real, with the environment slurmd
-gives them, into a temporary mapping directory; the agent reads what they wrote (and what a
-dcgm-exporter site's scripts write), maps Slurm's GPU numbers to NVML's by minor number, expires the
-files of jobs that are gone, and fails safe on files it cannot read or parse."""
+"""Slurm attribution: deploy/slurm's Prolog and Epilog run by a real slurmd for real jobs
+(tests/slurm.py), and directly with the environment slurmd gives them for what a real Slurm here
+does not do (older versions, MIG, an unwritable directory); the agent reads what they wrote (and
+what a dcgm-exporter site's scripts write), maps Slurm's GPU numbers to NVML's by minor number,
+expires the files of jobs that are gone, and fails safe on files it cannot read or parse."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from clusterhealth.exporters.jobs.mapping import parse_jobs, read_mapping_dir
 
 from .conftest import ROOT, scenario
 from .jobs import gauge, info_rows, jobs_node
+from .slurm import SlurmCluster
 
 PROLOG = ROOT / "deploy" / "slurm" / "clusterhealth-prolog"
 EPILOG = ROOT / "deploy" / "slurm" / "clusterhealth-epilog"
@@ -54,30 +57,113 @@ def contents(mapping: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(mapping.iterdir()) if not p.name.startswith(".")}
 
 
-def test_prolog_and_epilog_keep_one_file_per_allocated_gpu(tmp_path: Path) -> None:
-    mapping = tmp_path / "run" / "clusterhealth" / "jobs"
-    # Outside the job's cgroup, Slurm counts the job's GPUs by their device files.
-    assert (
-        slurm(
-            PROLOG, tmp_path, mapping, SLURM_JOB_ID="4242", SLURM_JOB_GPUS="0,2", CUDA_VISIBLE_DEVICES="0,2"
-        )
-        == []
-    )
-    assert contents(mapping) == {"0": "4242\n", "2": "4242\n"}
-    # A second job shares GPU 2 (sharding, MPS); an older Slurm sets CUDA_VISIBLE_DEVICES only.
-    slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID="4243", CUDA_VISIBLE_DEVICES="2,3")
-    slurm(
-        PROLOG, tmp_path, mapping, SLURM_JOB_ID="4243", CUDA_VISIBLE_DEVICES="2,3"
-    )  # run twice: no duplicate
-    assert contents(mapping) == {"0": "4242\n", "2": "4242\n4243\n", "3": "4243\n"}
-    assert all(DCGM_NAME.match(name) for name in contents(mapping))
+@pytest.fixture(scope="module")
+def slurm_jobs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real Slurm cluster whose slurmd run deploy/slurm's Prolog and Epilog (as
+    slurm.conf.example says): two nodes of four GPUs, each GPU in two shards (jobs sharing it)."""
+    settings = {"Prolog": str(PROLOG), "Epilog": str(EPILOG)}
+    with SlurmCluster(
+        tmp_path_factory.mktemp("slurm-jobs"), nodes=2, gpus=4, shards=8, settings=settings
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster(slurm_jobs_cluster: SlurmCluster) -> SlurmCluster:
+    slurm_jobs_cluster.reset()
+    for name in slurm_jobs_cluster.node_names:
+        assert node_mapping(slurm_jobs_cluster, name) == {}, "a job's files outlived it"
+    return slurm_jobs_cluster
+
+
+def node_mapping(cluster: SlurmCluster, name: str) -> dict[str, str]:
+    """The node's job-mapping directory, the scripts' default /run/clusterhealth/jobs (slurmd
+    gives them no environment of its own to move it)."""
+    mapping = cluster.node_root(name) / "run" / "clusterhealth" / "jobs"
+    return contents(mapping) if mapping.exists() else {}
+
+
+def start(cluster: SlurmCluster, name: str, *, nodes: list[str], gres: str, hold: bool = False) -> int:
+    """A batch job that runs until `cluster.go(name)`, with a step on each of its nodes first
+    (slurmd runs the Prolog on a node before the job's first step there)."""
+    script = f"srun true && echo started; {cluster.until(name)}"
+    return cluster.sbatch(script, nodes=nodes, gres=gres, hold=hold)
+
+
+def test_prolog_and_epilog_run_by_slurmd_keep_one_file_per_allocated_gpu(cluster: SlurmCluster) -> None:
+    four = start(cluster, "four", nodes=["n1"], gres="gpu:2")
+    cluster.wait_output(four, "started")  # its steps have run: the Prolog has ended
+    wide = start(cluster, "wide", nodes=["n1", "n2"], gres="gpu:1")  # one GPU on each node
+    cluster.wait_output(wide, "started")
+    gpus = {job: cluster.job_gpus(job) for job in (four, wide)}
+    assert len(gpus[four]["n1"]) == 2 and len(gpus[wide]["n1"]) == len(gpus[wide]["n2"]) == 1
+    assert node_mapping(cluster, "n1") == {
+        **{str(i): f"{four}\n" for i in gpus[four]["n1"]},
+        **{str(i): f"{wide}\n" for i in gpus[wide]["n1"]},
+    }
+    assert node_mapping(cluster, "n2") == {str(i): f"{wide}\n" for i in gpus[wide]["n2"]}
+    mapping = cluster.node_root("n1") / "run" / "clusterhealth" / "jobs"
+    assert all(DCGM_NAME.match(name) for name in node_mapping(cluster, "n1"))
     assert {oct(p.stat().st_mode & 0o777) for p in mapping.iterdir() if p.name != ".lock"} == {"0o644"}
-    # The Epilog removes the job's lines, wherever they are, and the files left empty.
+    # Each job's Epilog removes its lines, on every node of the job, and the files left empty.
+    cluster.go("four")
+    assert cluster.wait_job(four) == "COMPLETED"
+    assert node_mapping(cluster, "n1") == {str(i): f"{wide}\n" for i in gpus[wide]["n1"]}
+    cluster.go("wide")
+    assert cluster.wait_job(wide) == "COMPLETED"
+    assert node_mapping(cluster, "n1") == node_mapping(cluster, "n2") == {}
+    assert [p.name for p in mapping.iterdir()] == [".lock"]  # and no temporary file left behind
+
+
+def test_jobs_whose_ids_contain_one_another_sharing_a_gpu_keep_their_own_lines(cluster: SlurmCluster) -> None:
+    """Jobs N and N2 (424 and 4242) on one GPU (Slurm's shards): the Prolog of N, run after
+    N2's, adds N's line; the Epilog of N leaves N2's. A substring match would do neither."""
+    short = start(cluster, "short", nodes=["n1"], gres="shard:1", hold=True)
+    cluster.next_job_id(int(f"{short}2"))
+    long = start(cluster, "long", nodes=["n1"], gres="shard:1")
+    assert long == int(f"{short}2")
+    cluster.wait_output(long, "started")
+    cluster.release(short)  # its Prolog runs second, over the file that holds the longer id
+    cluster.wait_output(short, "started")
+    (gpu,) = cluster.job_gpus(short)["n1"]
+    assert cluster.job_gpus(long)["n1"] == [gpu], "Slurm put the two shards on different GPUs"
+    assert node_mapping(cluster, "n1") == {str(gpu): f"{long}\n{short}\n"}
+    cluster.go("short")
+    assert cluster.wait_job(short) == "COMPLETED"
+    assert node_mapping(cluster, "n1") == {str(gpu): f"{long}\n"}
+    cluster.go("long")
+    assert cluster.wait_job(long) == "COMPLETED"
+    assert node_mapping(cluster, "n1") == {}
+
+
+def test_a_prolog_run_twice_or_given_only_cuda_visible_devices(tmp_path: Path) -> None:
+    """What a real Slurm here does not do: an older Slurm sets CUDA_VISIBLE_DEVICES only, and a
+    Prolog run twice for a job (a requeue) adds no second line."""
+    mapping = tmp_path / "run" / "clusterhealth" / "jobs"
+    assert slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID="4242", SLURM_JOB_GPUS="0,2") == []
+    slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID="4243", CUDA_VISIBLE_DEVICES="2,3")
+    slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID="4243", CUDA_VISIBLE_DEVICES="2,3")
+    assert contents(mapping) == {"0": "4242\n", "2": "4242\n4243\n", "3": "4243\n"}
     slurm(EPILOG, tmp_path, mapping, SLURM_JOB_ID="4242")
     assert contents(mapping) == {"2": "4243\n", "3": "4243\n"}
     slurm(EPILOG, tmp_path, mapping, SLURM_JOB_ID="4243")
     assert contents(mapping) == {}
-    assert [p.name for p in mapping.iterdir()] == [".lock"]  # and no temporary file left behind
+    assert [p.name for p in mapping.iterdir()] == [".lock"]
+
+
+@pytest.mark.parametrize("first", ["424", "4242"])
+def test_a_job_id_inside_another_is_another_job(tmp_path: Path, first: str) -> None:
+    """424 and 4242 on one GPU, in either order (job ids are not always given in order: arrays,
+    requeues, FirstJobId): each Prolog writes its own line, each Epilog removes only its own."""
+    second = "4242" if first == "424" else "424"
+    mapping = tmp_path / "jobs"
+    slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID=first, SLURM_JOB_GPUS="1")
+    slurm(PROLOG, tmp_path, mapping, SLURM_JOB_ID=second, SLURM_JOB_GPUS="1")
+    assert contents(mapping) == {"1": f"{first}\n{second}\n"}
+    slurm(EPILOG, tmp_path, mapping, SLURM_JOB_ID=first)
+    assert contents(mapping) == {"1": f"{second}\n"}
+    slurm(EPILOG, tmp_path, mapping, SLURM_JOB_ID=second)
+    assert contents(mapping) == {}
 
 
 def test_jobs_without_gpus_or_with_mig_devices_write_nothing(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ stands for it.
   machine's buildah keeps its storage and a locally bootstrapped base: no registry is reachable);
   `buildah push` needs a registry and is not run; the `helm install` line is rendered with
   `helm template` and the image it names is the one built.
-- Slurm: the block runs as written against a node's slurm.conf in the throwaway /etc, with a
-  stand-in `scontrol`.
+- Slurm: the block runs as written on a node of a real Slurm cluster (tests/slurm.py) whose nodes
+  have the install laid over theirs: it appends to the cluster's slurm.conf, and its `scontrol
+  reconfigure` makes the cluster run the installed Prolog and Epilog for a real job.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, require_tool
+from .conftest import ROOT, SCENARIOS, require_tool
 from .dist import VERSION, project_wheel
 from .node_root import BLOCKS, commands, in_root, readme_install_command, writable_overlays
-from .test_check import fake_command
+from .slurm import SlurmCluster
 
 README = (ROOT / "README.md").read_text()
 ENABLE = r"sudo systemctl enable --now (\S+)"
@@ -162,26 +163,52 @@ def test_the_kubernetes_block_builds_pushes_and_installs_that_image() -> None:
 
 
 def test_the_slurm_block_runs_as_written(readme_installed: Path, tmp_path: Path) -> None:
-    """Appended to a node's slurm.conf (a stand-in in the throwaway /etc), the excerpt points
-    slurmd at the health check, Prolog and Epilog the README's install put in place."""
+    """Run as written on a node of a real Slurm cluster (tests/slurm.py) whose nodes have the
+    README's install laid over their /etc, /opt and /usr/local: the excerpt appended to the node's
+    /etc/slurm/slurm.conf (the cluster's own file), `scontrol reconfigure` makes slurmctld and every
+    slurmd take it, and a job's GPU is then mapped by the installed Prolog and unmapped by the
+    installed Epilog."""
     block = commands(BLOCKS[2])
     assert [c.split()[:2] for c in block] == [["sudo", "tee"], ["sudo", "scontrol"]]
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
-    bin_dir.mkdir()
-    calls.touch()
-    fake_command(bin_dir, "scontrol", calls)  # Slurm is not installed here
-    node_conf = "ClusterName=test\nSlurmctldHost=head\n"
-    script = writable_overlays(tmp_path / "node", ("etc",))
-    script += f"mkdir -p /etc/slurm && printf '{node_conf}' >/etc/slurm/slurm.conf\n"
-    script += f'sudo() {{ "$@"; }}\nexport PATH={bin_dir}:$PATH\ncd {ROOT}\n'
-    script += "".join(f"{command} >/dev/null\n" for command in block)
-    result = in_root(readme_installed, script)
-    assert result.returncode == 0, result.stderr
-    assert calls.read_text() == "scontrol reconfigure\n"
-    conf = (tmp_path / "node/etc/slurm/slurm.conf").read_text()
-    assert conf.startswith(node_conf)
-    settings = dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and line[0] != "#")
-    for key in ("HealthCheckProgram", "Prolog", "Epilog"):
-        installed = readme_installed / settings[key].lstrip("/")
-        assert installed.is_file() and installed.stat().st_mode & 0o111, (key, settings[key])
-    assert settings["HealthCheckProgram"] == "/usr/local/sbin/clusterhealth-healthcheck"
+    cluster = SlurmCluster(tmp_path / "slurm", nodes=1, gpus=2, shards=0, lower=readme_installed)
+    # The health check the block turns on may run at any time (CYCLE): on this machine's hardware
+    # it could drain the node before the job runs, so the node's config is a healthy simulated
+    # node's. (tests/test_install.py runs the installed health check under slurmd.)
+    (tmp_path / "sys").mkdir()
+    node_config = cluster.node_root("n1") / "etc" / "clusterhealth" / "clusterhealth.yaml"
+    node_config.parent.mkdir(parents=True)
+    node_config.write_text(
+        yaml.safe_dump({"simulate": str(SCENARIOS / "h100-healthy.yaml"),
+                        "paths": {"sysfs": str(tmp_path / "sys"), "kmsg": "/dev/null"}})
+    )  # fmt: skip
+    with cluster:
+        before = cluster.conf.read_text()
+        script = writable_overlays(tmp_path / "node", ("etc",))
+        script += f"mkdir -p /etc/slurm && ln -sfn {cluster.conf} /etc/slurm/slurm.conf\n"
+        script += f'sudo() {{ "$@"; }}\nunset SLURM_CONF\ncd {ROOT}\n'
+        script += "".join(f"{command} >/dev/null\n" for command in block)
+        result = in_root(readme_installed, script)
+        assert result.returncode == 0, result.stderr
+        conf = cluster.conf.read_text()
+        assert conf.startswith(before) and conf != before
+        settings = dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and line[0] != "#")
+        for key in ("HealthCheckProgram", "Prolog", "Epilog"):
+            installed = readme_installed / settings[key].lstrip("/")
+            assert installed.is_file() and installed.stat().st_mode & 0o111, (key, settings[key])
+        assert settings["HealthCheckProgram"] == "/usr/local/sbin/clusterhealth-healthcheck"
+        # slurmctld reread it ...
+        running = dict(
+            line.split(" = ", 1) for line in cluster.scontrol("show", "config").splitlines() if " = " in line
+        )
+        for key in ("HealthCheckProgram", "Prolog", "Epilog"):
+            assert running[key.ljust(23)].strip() == settings[key], key
+        # ... and so did slurmd: a job's GPU is mapped while it runs, and no longer after.
+        job = cluster.sbatch(f"srun true && echo started; {cluster.until('job')}", nodes=["n1"], gres="gpu:1")
+        cluster.wait_output(job, "started")
+        (gpu,) = cluster.job_gpus(job)["n1"]
+        mapping = cluster.node_root("n1") / "run" / "clusterhealth" / "jobs"
+        assert (mapping / str(gpu)).read_text() == f"{job}\n"
+        cluster.go("job")
+        assert cluster.wait_job(job) == "COMPLETED"
+        assert not (mapping / str(gpu)).exists()
+        assert cluster.node("n1").reason is None
