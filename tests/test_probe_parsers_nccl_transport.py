@@ -96,7 +96,7 @@ EXPECTED: dict[str, tuple[Transport, str]] = {
     ),
     "nccl-issue-644_p2p_direct_pointer_and_direct_shared_memory.log": (
         T(intra="mixed"),
-        "NCCL 2.7.8: `via direct shared memory` between some GPU pairs, `via P2P/direct pointer` between others",
+        "NCCL 2.7.8: `via direct shared memory` between some GPU pairs, `P2P/direct pointer` between others",
     ),
     # Nothing said.
     "nccl-issue-1189_info_lines_around_the_header_0_nvls_channels.log": (
