@@ -88,6 +88,8 @@ def _rdma(config: Config, node: Node) -> RdmaCollector:
         rdma.exclude_devices,
         error_counters=rdma.error_counters,
         hw_counters=rdma.hw_counters,
+        # The files only opt-in families need are not read unless they are exported.
+        families=FamilySelection(RdmaCollector.opt_in, rdma.include_metrics, rdma.exclude_metrics),
     )
 
 
