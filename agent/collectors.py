@@ -230,6 +230,9 @@ COLLECTORS: tuple[Entry, ...] = (
     ),
 )
 NAMES = tuple(entry.name for entry in COLLECTORS)
+# Each collector runs at its own fraction of a second past the multiples of its interval (see
+# agent/sampling.py): with whole-second intervals, no two collections start together.
+PHASES = {name: position / len(NAMES) for position, name in enumerate(NAMES)}
 
 
 def collectors_markdown() -> str:
@@ -298,6 +301,7 @@ class Collectors:
                     self._on_snapshot,
                     after,
                     _selection(collector, settings),
+                    phase=PHASES[entry.name],
                 )
                 self._samplers[entry.name] = sampler
             else:
