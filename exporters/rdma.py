@@ -215,9 +215,12 @@ class RdmaCollector:
 
     name = "rdma"
     # Off unless a config asks: the packet counts (the byte counts say the traffic), the
-    # unicast/multicast split, and each pinned counter's own flag (one count per port instead).
+    # unicast/multicast split, each pinned counter's own flag (one count per port instead), and
+    # the HCA's PCIe link figures (the audit's hca_pcie_link check judges them, and
+    # RDMAPCIeLinkDegraded reads the check).
     opt_in = frozenset(
         {
+            *(name for name, _, _ in PCIE_LINK),
             "clusterhealth_rdma_port_packets_received_total",
             "clusterhealth_rdma_port_packets_transmitted_total",
             "clusterhealth_rdma_port_unicast_packets_received_total",
