@@ -186,18 +186,16 @@ class Exposition:
             previous = self._gzipped if gzipped else self._text
             if previous:
                 return previous
-        current = [(sampler, sampler.status()) for sampler in self._samplers()]
-        # The parts change with their generation, the meta part with every finished run.
+        # The meta part changes with every finished run or a run hung past its timeout, a
+        # collector's part with its snapshot's generation: a scrape between them (nearly every
+        # scrape) compares this key and sends the bytes kept.
+        samplers = self._samplers()
         node_name = self._node_name()
-        key = (
-            node_name,
-            *(
-                (_part_key(sampler, status), status.snapshot.duration_seconds if status.snapshot else None)
-                for sampler, status in current
-            ),
-        )
+        now = time.monotonic()
+        key = (node_name, tuple((id(sampler), *sampler.version(now)) for sampler in samplers))
         with self._lock:
             if key != self._key:
+                current = [(sampler, sampler.status(now)) for sampler in samplers]
                 self._text = self._render(current, node_name)
                 self._gzipped = None
                 self._key = key

@@ -100,6 +100,7 @@ class Sampler:
         self._on_snapshot = on_snapshot
         self._snapshot: Snapshot | None = None
         self._running_since: float | None = None
+        self._snapshots = 0  # runs finished
         self._generation = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -283,6 +284,7 @@ class Sampler:
             generation=self._generation,
         )
         self._snapshot = snapshot
+        self._snapshots += 1
         if snapshot.success:
             self.last_success_at, self.last_success_monotonic = snapshot.finished_at, end
         self._running_since = None
@@ -302,6 +304,13 @@ class Sampler:
             _close(collector)
 
     # -- reporting ---------------------------------------------------------------------------
+
+    def version(self, now: float) -> tuple[int, bool]:
+        """What `status` depends on, cheaply: the runs finished, and whether one is hung. Two equal
+        versions give the same status (but for a hung run's age)."""
+        running_since = self._running_since
+        hung = running_since is not None and (self._abandoned or now - running_since > self.timeout)
+        return self._snapshots, hung
 
     def status(self, now: float | None = None) -> Status:
         now = time.monotonic() if now is None else now
