@@ -9,6 +9,7 @@ the counters node_exporter also exports (unicast/multicast, pre-4.5 `counters_ex
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -284,19 +285,20 @@ class RdmaCollector:
     def collect(self) -> list[Metric]:
         # Read eagerly (not a generator) so NoData is raised by the call itself.
         try:
-            devices = read_rdma_devices(self.sysfs_root, self._cache, counters=self._counters)
+            # Devices the patterns leave out are not read at all.
+            devices = read_rdma_devices(
+                self.sysfs_root, self._cache, counters=self._counters, selects=self.selects
+            )
         except FileNotFoundError as absent:
             raise NoData(str(absent)) from None
         if not devices:
-            raise NoData(f"no RDMA devices under {self.sysfs_root / 'class' / 'infiniband'}")
+            class_dir = self.sysfs_root / "class" / "infiniband"
+            names = os.listdir(class_dir)
+            if names and not any(self.selects(name) for name in names):
+                return []  # devices there, none selected
+            raise NoData(f"no RDMA devices under {class_dir}")
         self._labels.turn()
-        return _families(
-            [device for device in devices if self.selects(device.name)],
-            self.error_counters,
-            self.hw_counters,
-            self.exported,
-            self._labels,
-        )
+        return _families(devices, self.error_counters, self.hw_counters, self.exported, self._labels)
 
 
 class _Names:
