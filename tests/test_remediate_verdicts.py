@@ -65,6 +65,8 @@ TARGETS = [
         "n9",
         (span(BEGIN, NOW - 300, "unhealthy", "replace"), span(NOW - 180, END, "unhealthy", "replace")),
     ),
+    # A node whose agent first reported 400 s ago, unhealthy: nothing before says how long.
+    Target("10.0.0.10:9845", "n10", (span(NOW - 400, END, "unhealthy", "reboot"),)),
 ]
 
 
@@ -91,6 +93,7 @@ def test_each_node_has_its_verdict_and_how_long_it_held(prometheus: str) -> None
     assert seen["n3"].held_seconds == 0  # 200 s of a 300 s hold
     assert seen["n8"].held_seconds == HOLD  # healthy again for 500 s: not yet settled
     assert (seen["n9"].state, seen["n9"].held_seconds) == ("unhealthy", SETTLE)
+    assert seen["n10"].held_seconds == HOLD
 
 
 def test_the_evidence_names_the_worst_checks_first(prometheus: str) -> None:

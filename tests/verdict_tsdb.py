@@ -35,7 +35,7 @@ class Target:
     instance: str
     node: str | None  # clusterhealth_node_info{node}; None: the target never said
     spans: tuple[Span, ...]
-    checks: tuple[tuple[str, str, int], ...] = ()  # (check, subject, status) at the last scrape
+    checks: tuple[tuple[str, str, int], ...] = ()  # (check, subject, status) while not healthy
     extra: dict[str, str] = field(default_factory=dict)  # more target labels
 
 
@@ -47,7 +47,6 @@ def _labels(target: Target, **own: str) -> str:
 def openmetrics(targets: Iterable[Target], step: float = SCRAPE) -> str:
     verdict, info, checks = [], [], []
     for target in targets:
-        last = None
         for span in target.spans:
             t = span.start
             while t < span.end:
@@ -57,14 +56,13 @@ def openmetrics(targets: Iterable[Target], step: float = SCRAPE) -> str:
                 )
                 if target.node is not None:
                     info.append(f"clusterhealth_node_info{{{_labels(target, node=target.node)}}} 1 {t:.3f}")
-                last = t
+                # The checks behind a verdict are not OK while it is not healthy.
+                for check, subject, status in target.checks if span.state != "healthy" else ():
+                    checks.append(
+                        f"clusterhealth_check_status{{{_labels(target, check=check, subject=subject)}}} "
+                        f"{status} {t:.3f}"
+                    )
                 t += step
-        if last is not None:
-            for check, subject, status in target.checks:
-                checks.append(
-                    f"clusterhealth_check_status{{{_labels(target, check=check, subject=subject)}}} "
-                    f"{status} {last:.3f}"
-                )
     out = []
     for name, lines in (
         ("clusterhealth_node_verdict", verdict),
