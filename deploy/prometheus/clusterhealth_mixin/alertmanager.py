@@ -43,7 +43,9 @@ def inhibit_rules(config: Config) -> list[tuple[str, dict[str, Any]]]:
     every = alerts(config)
     # The remediator's instance is its own process, not a node's agent.
     on_nodes = [
-        a for a in every if "instance" in SUBJECTS[a.about] and a.name != AGENT_DOWN and a.about != "remediator"
+        a
+        for a in every
+        if "instance" in SUBJECTS[a.about] and a.name != AGENT_DOWN and a.about != "remediator"
     ]
     rules: list[tuple[str, dict[str, Any]]] = [
         (

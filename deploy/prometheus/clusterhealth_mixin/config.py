@@ -183,14 +183,15 @@ class Config:
     )
     # The remediator (`clusterhealth remediate`, docs/remediation.md): a scrape job of its own.
     remediation_selector: str = field(
-        default='job="clusterhealth-remediate"', metadata={"doc": "label matchers of the remediator's scrape job"}
+        default='job="clusterhealth-remediate"',
+        metadata={"doc": "label matchers of the remediator's scrape job"},
     )
     for_remediation: str = field(
         default="5m", metadata={"doc": "the remediator's budget spent while nodes wait, before it pages"}
     )
     remediation_stale_seconds: float = field(
         default=900,
-        metadata={"doc": "the remediator's latest successful reconcile older than this is stale (15 intervals)"},
+        metadata={"doc": "the remediator's latest successful reconcile older than this is stale"},
     )
 
 
