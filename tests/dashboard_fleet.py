@@ -198,6 +198,9 @@ def running(tmp: Path) -> Iterator[DashboardFleet]:
     mapping = tmp / "jobs-mapping"
     mapping.mkdir()
     (mapping / "1").write_text("9999\n")  # the Prolog's file of another job: the cgroup says 3385
+    # Job 9999 runs (its cgroup is there), so its file does not expire while the test looks.
+    (job,) = sysfs["jobs"].glob("fs/cgroup/**/job_3385")
+    (job.parent / "job_9999").mkdir()
     (mapping / "2").write_text("3385\n")
     (mapping / "5").write_text("not a job id!\n")  # not a mapping file: the source fails
 
@@ -253,8 +256,9 @@ def _events(fleet: DashboardFleet, faulty: Any) -> None:
     retrying."""
     instance = fleet.instance("faulty")
     for family in ("clusterhealth_rdma_port_errors_total", "clusterhealth_pcie_aer_errors_total"):
+        selector = f'{family}{{instance="{instance}"}}'
         wait_for(
-            lambda f=family: fleet.prometheus.query(f'{f}{{instance="{instance}"}}') != [],
+            lambda s=selector: fleet.prometheus.query(s) != [],
             30,
             f"a first sample of {family}",
             fleet.prometheus.log,
@@ -263,17 +267,17 @@ def _events(fleet: DashboardFleet, faulty: Any) -> None:
         for sequence, (_, message) in enumerate(faulty.kernel_log, start=1):
             kmsg.write(kmsg_record(sequence, message))
     ports = fleet.sysfs["faulty"] / "class" / "infiniband"
-    for device, counter, value in (
+    for device, name, value in (
         ("mlx5_0", "symbol_error", 5000),
         ("mlx5_1", "port_rcv_errors", 50),
         ("mlx5_5", "link_downed", 4),
     ):
-        (ports / device / "ports" / "1" / "counters" / counter).write_text(f"{value}\n")
+        (ports / device / "ports" / "1" / "counters" / name).write_text(f"{value}\n")
     for counters in ports.glob("mlx5_*/ports/1/counters"):
         if counters.parts[-4] != "mlx5_3":
             for name in ("port_rcv_data", "port_xmit_data"):
-                counter = counters / name
-                counter.write_text(f"{int(counter.read_text()) + 250_000_000}\n")  # 1 GB in 4-byte words
+                data = counters / name
+                data.write_text(f"{int(data.read_text()) + 250_000_000}\n")  # 1 GB in 4-byte words
     (aer,) = (fleet.sysfs["faulty"] / "devices").glob("**/0000:9a:00.0/aer_dev_correctable")
     lines = dict(line.split() for line in aer.read_text().splitlines())
     lines.update(RxErr="4", TOTAL_ERR_COR=str(int(lines["TOTAL_ERR_COR"]) + 3))
