@@ -478,6 +478,11 @@ def show(ctx: Context, panel: dict[str, Any]) -> Shown:
     """What `panel` shows in `ctx`."""
     if panel["type"] not in PANEL_TYPES:
         raise AssertionError(f"{panel['title']}: panel type {panel['type']!r} is not modelled")
+    calcs = panel.get("options", {}).get("reduceOptions", {}).get("calcs", [])
+    if panel["type"] == "stat" and calcs not in ([], ["last"]):
+        raise AssertionError(
+            f"{panel['title']}: a stat reduced by {calcs} is not modelled (Grafana's default is last)"
+        )
     shown = Shown(panel["title"], panel["type"], display=display(panel))
     targets = [t for t in panel.get("targets", []) if not t.get("hide")]
     table_refs = sum(1 for t in targets if t.get("format") == "table")
