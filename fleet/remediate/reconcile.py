@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
@@ -112,6 +112,11 @@ class Remediator:
             seen = self._read(now)
         except NoVerdict as err:
             return self._untrusted(f"no action: {err}")
+        return self.step(seen, now, began)
+
+    def step(self, seen: Mapping[str, Seen], now: float, began: float | None = None) -> Result:
+        """The reconcile past the reading of Prometheus: lead, observe, decide, carry out."""
+        began = time.monotonic() if began is None else began
         lead = self.backend.lead() if self.act else Lead(False, "dry-run")
         self._say_lead(lead)
         try:
