@@ -99,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
 def render(result: Result, act: bool) -> str:
     """--once's report: the orders, then the nodes left alone for a reason worth reading."""
     if result.plan is None:
-        return f"no action: {result.problem}\n"
+        return f"{result.problem}\n"
     lines = []
     for order in result.done:
         lines.append(f"{order.operation} {order.node}: {order.reason} ({order.why})")
