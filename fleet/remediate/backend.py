@@ -121,6 +121,9 @@ class Order:
     evidence: str = ""  # the checks (or the fabric suspect) behind it, for messages and Events
     hold: bool = False  # never to be released automatically
     why: str = ""  # why the core decided it, for the log
+    # The price of the fault behind it, where one is known (an `analyze` suspect's impact: the
+    # all-reduce and step slowdown and the GPU-hours a day it costs), for messages and reports.
+    impact: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,16 @@ def decide(
             why += f"; act {len(recent) + 1} within {config.repeat_window_seconds:g} s: held for a person"
         evidence = verdict.evidence or f"{verdict.state} ({verdict.source})"
         quarantines.append(
-            Order(view.name, operation, action, reason(action, evidence), evidence, hold=hold, why=why)
+            Order(
+                view.name,
+                operation,
+                action,
+                reason(action, evidence),
+                evidence,
+                hold=hold,
+                why=why,
+                impact=verdict.impact,
+            )
         )
         if not counted:
             remaining -= 1

@@ -251,7 +251,14 @@ def fabric_suspects(
     `analyze`, not acted on). NoVerdict as analyze's: Prometheus unreachable or partial."""
     from clusterhealth.fleet import analyze
 
-    result = analyze.run(prometheus.url, probe, config.fabric.window_seconds, now=now, prometheus=prometheus)
+    result = analyze.run(
+        prometheus.url,
+        probe,
+        config.fabric.window_seconds,
+        step=config.fabric.step_seconds,
+        now=now,
+        prometheus=prometheus,
+    )
     if result.not_enough_evidence:
         return {}, f"--fabric {probe}: no verdict from the pairwise results: {result.not_enough_evidence}"
     found = {}
