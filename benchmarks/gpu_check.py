@@ -406,6 +406,8 @@ def _json_value(value: Any, depth: int = 0) -> Any:
                 continue
             out[name] = _json_value(item, depth + 1)
         return out
+    if type(value).__name__ == "nvmlFriendlyObject" and depth < 2:  # e.g. a compute process
+        return {k: _json_value(v, depth + 1) for k, v in vars(value).items()}
     if isinstance(value, (list, tuple)):
         return [_json_value(v, depth + 1) for v in value[:8]] + (
             [f"... {len(value)} in all"] if len(value) > 8 else []
@@ -642,43 +644,15 @@ def nvml_table(phase: str, out: Path, cli: Sequence[str]) -> int:
         rc = main(["scrape", *cli])
     exposition.flush()
     tracer.enabled = False
-    traced = {r["call"] for r in tracer.records}
     packages = [Path(m.__path__[0]) for m in _packages()]
     static = static_calls(packages)
-    # The calls the code names that this scrape did not make, made once directly (and recorded).
-    pynvml.nvmlInit()
     versions: dict[str, Any] = {"nvidia-ml-py": PYNVML_VERSION}
-    for key, call in (
-        ("driver", pynvml.nvmlSystemGetDriverVersion),
-        ("nvml", pynvml.nvmlSystemGetNVMLVersion),
-        ("cuda", pynvml.nvmlSystemGetCudaDriverVersion_v2),
-    ):
-        try:
-            versions[key] = _json_value(call())
-        except pynvml.NVMLError as err:
-            versions[key] = type(err).__name__.removeprefix("NVMLError_")
-    if isinstance(versions.get("cuda"), int):
-        versions["cuda"] = f"{versions['cuda'] // 1000}.{versions['cuda'] % 1000 // 10}"
-    if pynvml.nvmlDeviceGetCount() > 0:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        tracer._gpus[_address(handle) or 0] = 0
-        versions["gpu"] = _json_value(pynvml.nvmlDeviceGetName(handle))
-        tracer.enabled, tracer.probing = True, True
-        for name, call in _probes(pynvml, handle).items():
-            if name in static and name not in traced:
-                with contextlib.suppress(pynvml.NVMLError):
-                    call()
-        fields_read = {
-            i["id"]
-            for r in tracer.records
-            if r["call"] == "nvmlDeviceGetFieldValues"
-            for i in r.get("items", [])
-        }
-        for field_id in gpu_module.FIELDS:
-            if field_id not in fields_read:
-                with contextlib.suppress(pynvml.NVMLError):
-                    pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
-        tracer.enabled = False
+    try:
+        _versions_and_probes(tracer, static, versions)
+    except pynvml.NVMLError as err:
+        # The table still says what the scrape's calls answered; the versions say why no more.
+        versions.setdefault("driver", type(err).__name__.removeprefix("NVMLError_"))
+    tracer.enabled = False
     with contextlib.suppress(pynvml.NVMLError):
         pynvml.nvmlShutdown()
     result = {
@@ -687,6 +661,9 @@ def nvml_table(phase: str, out: Path, cli: Sequence[str]) -> int:
         "versions": versions,
         "records": tracer.records,
         "static_calls": static,
+        # Names the code reads through `optional` that this nvidia-ml-py lacks: the agent leaves
+        # them out (exporters/nvml.py), so they are not made.
+        "missing_in_pynvml": sorted(c for c in static if not hasattr(pynvml, c)),
         "fields": {str(k): v for k, v in gpu_module.FIELDS.items()},
         "gpm_metrics": {
             str(mid): gpu_module.GPM_METRIC_NAMES.get(mid, str(mid)) for _, mid, _ in gpu_module.GPM_METRICS
@@ -699,6 +676,45 @@ def nvml_table(phase: str, out: Path, cli: Sequence[str]) -> int:
     }
     out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _versions_and_probes(tracer: Tracer, static: dict[str, list[str]], versions: dict[str, Any]) -> None:
+    """The driver's, NVML's and CUDA's versions, and the calls and fields the code names that the
+    scrape did not make, made once directly (and recorded as probes)."""
+    import pynvml
+
+    from clusterhealth.exporters import gpu as gpu_module
+
+    traced = {r["call"] for r in tracer.records}
+    pynvml.nvmlInit()
+    for key, call in (
+        ("driver", pynvml.nvmlSystemGetDriverVersion),
+        ("nvml", pynvml.nvmlSystemGetNVMLVersion),
+        ("cuda", pynvml.nvmlSystemGetCudaDriverVersion_v2),
+    ):
+        try:
+            versions[key] = _json_value(call())
+        except pynvml.NVMLError as err:
+            versions[key] = type(err).__name__.removeprefix("NVMLError_")
+    if isinstance(versions.get("cuda"), int):
+        versions["cuda"] = f"{versions['cuda'] // 1000}.{versions['cuda'] % 1000 // 10}"
+    if pynvml.nvmlDeviceGetCount() == 0:
+        return
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    tracer._gpus[_address(handle) or 0] = 0
+    versions["gpu"] = _json_value(pynvml.nvmlDeviceGetName(handle))
+    tracer.enabled, tracer.probing = True, True
+    for name, call in _probes(pynvml, handle).items():
+        if name in static and name not in traced and hasattr(pynvml, name):
+            with contextlib.suppress(pynvml.NVMLError):
+                call()
+    fields_read = {
+        i["id"] for r in tracer.records if r["call"] == "nvmlDeviceGetFieldValues" for i in r.get("items", [])
+    }
+    for field_id in gpu_module.FIELDS:
+        if field_id not in fields_read:
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
 
 
 def _packages() -> list[types.ModuleType]:
@@ -1265,8 +1281,12 @@ def nvml_rows(
         tally[kind] += 1
         rows.append([f"`{call}`", args, a, b, ", ".join(static.get(call, []))])
     called = {call for call, _ in keys}
+    lacking = set((idle or busy or {}).get("missing_in_pynvml", []))
     for call, files in static.items():
-        if call not in called:
+        if call in lacking:
+            tally["not in nvidia-ml-py"] += 1
+            rows.append([f"`{call}`", "", "not in this nvidia-ml-py: left out", "—", ", ".join(files)])
+        elif call not in called:
             tally["not called"] += 1
             rows.append([f"`{call}`", "", "not called in this run", "—", ", ".join(files)])
     return rows, tally
@@ -1328,7 +1348,7 @@ def analyze(folder: Path, mode: str) -> int:
             f"check {phase}",
             "clusterhealth check --json",
             PASS if check is not None else FAIL if ran else SKIP,
-            f"{check.get('status')}: {check.get('summary')}" if check else "no JSON" if ran else "not run",
+            str(check.get("summary")) if check else "no JSON" if ran else "not run",
         )
         samples = [_read(folder / f"smi-{phase}-{when}.xml") for when in ("before", "after")]
         docs = [parse_smi(s) for s in samples if s]
@@ -1528,8 +1548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report", type=Path, required=True)
     p = sub.add_parser("scenario")
     p.add_argument("--smi-xml", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--busy", action="store_true")
+    p.add_argument("--idle", type=Path, required=True, help="the scenario of the idle GPU")
+    p.add_argument("--busy", type=Path, required=True, help="the same GPU under bf16 load")
     p = sub.add_parser("nvml-table")
     p.add_argument("--phase", required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -1548,7 +1568,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import yaml
 
         doc = parse_smi(args.smi_xml.read_text())
-        args.out.write_text(yaml.safe_dump(scenario_from_smi(doc, args.busy), sort_keys=False))
+        args.idle.write_text(yaml.safe_dump(scenario_from_smi(doc), sort_keys=False))
+        args.busy.write_text(yaml.safe_dump(scenario_from_smi(doc, busy=True), sort_keys=False))
         return 0
     if args.command == "nvml-table":
         cli = [a for a in args.cli if a != "--"]

@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_check.sh prepare    here: the wheels and sources to carry, into .whl/
 #
 # Each step runs under its own time limit and the whole under GPU_CHECK_BUDGET seconds (default
-# 330: the machine's start and the transfers must fit beside it in 8 minutes); a step that fails
+# 300: the machine's start and the transfers must fit beside it in 8 minutes); a step that fails
 # or runs out of time leaves the others' results. What comes back ($OUT, at most 8 files):
 # summary.md (pass/fail per item), nvml-table.md, results.json and gpu-check.tar.gz (every raw
 # output). The exit status is 0 when no item failed.
@@ -18,7 +18,7 @@ MODE=${1:-run}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHECK=$ROOT/benchmarks/gpu_check.py
 WHEELS=${GPU_CHECK_WHEELS:-$ROOT/.whl}
-BUDGET=${GPU_CHECK_BUDGET:-330}
+BUDGET=${GPU_CHECK_BUDGET:-300}
 OUT=${OUT:-$ROOT/build/gpu-check}
 FIXTURES=$ROOT/tests/fixtures
 
@@ -94,12 +94,13 @@ step() {
 }
 skip() { printf '%s\tskipped\t0\t%s\n' "$1" "$2" >> "$R/steps.tsv"; echo "$1: skipped: $2"; }
 
-# nvidia-smi -q -x, or in the dry run the capture it stands in for.
+# nvidia-smi -q -x, or in the dry run the capture it stands in for; within the budget.
 smi() {
+    local left=$((BUDGET - (SECONDS - START)))
     if [ "$MODE" = dry-run ]; then
         cp "${GPU_CHECK_SMI_XML:-$FIXTURES/nvidia-smi/a100-sxm4-80gb-535.xml}" "$R/smi-$1.xml"
-    else
-        timeout 30 nvidia-smi -q -x > "$R/smi-$1.xml" 2> "$R/smi-$1.err"
+    elif [ "$left" -gt 5 ]; then
+        timeout "$((left < 30 ? left : 30))" nvidia-smi -q -x > "$R/smi-$1.xml" 2> "$R/smi-$1.err"
     fi
 }
 
@@ -112,10 +113,10 @@ smi() {
     git -C "$ROOT" status --short 2>/dev/null | head -20
     ls -l "$WHEELS" 2>/dev/null
     if [ "$MODE" = run ]; then
-        timeout 20 nvidia-smi -L
-        timeout 20 nvidia-smi --version
-        command -v nvcc && timeout 20 nvcc --version | tail -2
-        timeout 60 "$PYTHON" -m pip list 2>/dev/null \
+        timeout 10 nvidia-smi -L
+        timeout 10 nvidia-smi --version
+        command -v nvcc && timeout 10 nvcc --version | tail -2
+        timeout 30 "$PYTHON" -m pip list 2>/dev/null \
             | grep -i -E '^(torch|nvidia-ml-py|nvidia-nccl|prometheus.client|psutil|pyyaml|grpcio|protobuf|h11|packaging) '
     fi
 } > "$R/environment.txt" 2>&1
@@ -139,8 +140,8 @@ else
     smi reference
     SCENARIO_XML=$R/smi-reference.xml
 fi
-step scenario 30 "$PYTHON" "$CHECK" scenario --smi-xml "$SCENARIO_XML" --out "$R/scenario-idle.yaml"
-step scenario-busy 30 "$PYTHON" "$CHECK" scenario --smi-xml "$SCENARIO_XML" --out "$R/scenario-busy.yaml" --busy
+step scenario 30 "$PYTHON" "$CHECK" scenario --smi-xml "$SCENARIO_XML" --idle "$R/scenario-idle.yaml" \
+    --busy "$R/scenario-busy.yaml"
 
 phase() {  # phase NAME [scrape options...]: nvidia-smi, scrape, nvidia-smi, check, NVML table
     local name=$1
@@ -225,7 +226,7 @@ nccl() {
 }
 nccl
 
-"$PYTHON" "$CHECK" analyze --dir "$R" --mode "$([ "$MODE" = run ] && echo real || echo dry-run)" > "$R/analyze.log" 2>&1
+timeout 60 "$PYTHON" "$CHECK" analyze --dir "$R" --mode "$([ "$MODE" = run ] && echo real || echo dry-run)" > "$R/analyze.log" 2>&1
 status=$?
 if [ ! -s "$R/summary.md" ]; then
     # The analysis itself failed: the steps' exit codes are all there is to say.

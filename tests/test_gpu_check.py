@@ -305,3 +305,42 @@ def test_install_keeps_what_fits_carries_the_rest_and_says_what_is_missing(tmp_p
     assert {p["name"]: p["action"] for p in result["packages"]}["gpucheck-dep-c"] == "carried 1.0"
     assert result["pip"]["rc"] == 0 and result["imported"]["file"] == str(ROOT / "agent" / "cli.py")
     assert result["ok"] is False
+
+
+# Deletes from the installed pynvml the names an older release lacks (as
+# tests/test_nvidia_ml_py_releases.py does), then runs the check's Python part.
+OLD_RELEASE = """
+import importlib.util, sys
+import pynvml
+lacks = set(open(sys.argv[1]).read().split())
+classes = {n: getattr(pynvml, n) for n in dir(pynvml) if isinstance(getattr(pynvml, n), type)}
+kept = {id(cls) for n, cls in classes.items() if n not in lacks}
+for name in lacks:
+    if hasattr(pynvml, name) and id(getattr(pynvml, name)) not in kept:
+        delattr(pynvml, name)
+spec = importlib.util.spec_from_file_location("gpu_check", sys.argv[2])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.exit(module.main(sys.argv[3:]))
+"""
+
+
+def test_the_nvml_table_on_an_older_nvidia_ml_py_says_which_calls_it_lacks(tmp_path: Path) -> None:
+    import yaml
+
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(gc.scenario_from_smi(gc.parse_smi(A100.read_text()))))
+    out = tmp_path / "nvml.json"
+    lacks = FIXTURES / "nvidia-ml-py" / "lacks-12.535.161.txt"
+    args = ["nvml-table", "--phase", "idle", "--out", str(out), "--", "--simulate", str(scenario)]
+    script = ROOT / "benchmarks" / "gpu_check.py"
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_RELEASE, str(lacks), str(script), *args], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(out.read_text())
+    assert "nvmlDeviceGetRepairStatus" in trace["missing_in_pynvml"]
+    rows, tally = gc.nvml_rows(trace, None)
+    left_out = {row[0] for row in rows if row[2] == "not in this nvidia-ml-py: left out"}
+    assert left_out == {f"`{name}`" for name in trace["missing_in_pynvml"]}
+    assert tally["not called"] == 0 and tally["answered"] > 60
