@@ -1337,19 +1337,51 @@ def analyze(folder: Path, mode: str) -> int:
     comparisons: list[dict[str, Any]] = []
     for phase in ("idle", "load"):
         if exposition[phase] is None:
-            _item(items, f"scrape {phase}", "clusterhealth scrape", FAIL, "no exposition")
+            ran = any(step["step"] == f"scrape-{phase}" for step in steps)
+            _item(
+                items,
+                f"scrape {phase}",
+                "clusterhealth scrape",
+                FAIL if ran else SKIP,
+                "no exposition" if ran else "not run",
+            )
             continue
         families = _families(exposition[phase] or "")
-        _item(items, f"scrape {phase}", "clusterhealth scrape", PASS, f"{len(families)} GPU families")
-        check = _json(folder / f"check-{phase}.json")
-        ran = any(step["step"] == f"check-{phase}" for step in steps)
+        collectors = parse_exposition(exposition[phase] or "").get(
+            "clusterhealth_scrape_collector_success", []
+        )
+        gpu_ok = [value for labels, value in collectors if labels.get("collector") == "gpu"]
         _item(
             items,
-            f"check {phase}",
-            "clusterhealth check --json",
-            PASS if check is not None else FAIL if ran else SKIP,
-            str(check.get("summary")) if check else "no JSON" if ran else "not run",
+            f"scrape {phase}",
+            "clusterhealth scrape: the gpu collector succeeded",
+            PASS if gpu_ok == [1.0] and values[phase] else FAIL,
+            f"{len(families)} GPU families, {len(values[phase])} GPUs"
+            + ("" if gpu_ok == [1.0] else "; the gpu collector failed (scrape's stderr says why)"),
         )
+        check = _json(folder / f"check-{phase}.json")
+        ran = any(step["step"] == f"check-{phase}" for step in steps)
+        if check is None:
+            _item(
+                items,
+                f"check {phase}",
+                "clusterhealth check --json",
+                FAIL if ran else SKIP,
+                "no JSON" if ran else "not run",
+            )
+        else:
+            # The GPU checks must find a healthy GPU healthy; the others (kernel log, RDMA) are the
+            # machine's business and only reported.
+            off = [r for r in check.get("results", []) if r.get("status") != "OK"]
+            gpu_off = [r for r in off if str(r.get("check", "")).startswith("gpu_")]
+            _item(
+                items,
+                f"check {phase}",
+                "clusterhealth check --json: the GPU checks say OK",
+                FAIL if gpu_off else PASS,
+                f"{check.get('summary')}"
+                + "".join(f"; {r.get('check')} {r.get('status')}: {r.get('message')}" for r in off),
+            )
         samples = [_read(folder / f"smi-{phase}-{when}.xml") for when in ("before", "after")]
         docs = [parse_smi(s) for s in samples if s]
         if not docs:
@@ -1367,6 +1399,8 @@ def analyze(folder: Path, mode: str) -> int:
                 g.setdefault("driver_version", doc["driver_version"])
                 g.setdefault("cuda_version", doc["cuda_version"])
                 by_bus.setdefault(normal_bus_id(g["bus_id"]), []).append(g)
+        if not values[phase]:
+            _item(items, f"nvidia-smi {phase}", "values both show agree", FAIL, "the agent exported no GPU")
         for gpu, mine in sorted(values[phase].items()):
             theirs = by_bus.get(mine.get("bus_id"), [])
             if not theirs:
