@@ -48,6 +48,8 @@ EOF
                 --transform "s,^$(basename "$NCCL_TESTS_SRC"),nccl-tests," "$(basename "$NCCL_TESTS_SRC")"
         fi
     fi
+    # The tree the wheel was built from: the machine may get no .git to say it.
+    { git -C "$ROOT" rev-parse HEAD; git -C "$ROOT" status --short; } > "$WHEELS/source.txt"
     ls -l "$WHEELS"
     du -sh "$WHEELS"
 }
@@ -112,6 +114,7 @@ smi() {
     git -C "$ROOT" rev-parse HEAD 2>/dev/null
     git -C "$ROOT" status --short 2>/dev/null | head -20
     ls -l "$WHEELS" 2>/dev/null
+    cat "$WHEELS/source.txt" 2>/dev/null
     if [ "$MODE" = run ]; then
         timeout 10 nvidia-smi -L
         timeout 10 nvidia-smi --version
@@ -124,8 +127,11 @@ smi() {
 if [ "$MODE" = dry-run ] && ! ls "$WHEELS"/clusterhealth-*.whl >/dev/null 2>&1; then
     # Here the requirements are already in the virtualenv: the project's wheel is all to carry.
     mkdir -p "$WHEELS"
+    # Offline with the virtualenv's setuptools; where it is too old, in pip's own build environment.
     step wheel 120 "$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
-        -w "$WHEELS" "$ROOT"
+        -w "$WHEELS" "$ROOT" \
+        || step wheel-isolated 180 "$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps \
+            -w "$WHEELS" "$ROOT"
 fi
 step install 90 "$PYTHON" "$CHECK" install --wheels "$WHEELS" --target "$SITE" --report "$R/install.json"
 export PYTHONPATH=$SITE
