@@ -103,6 +103,8 @@ smi() {
         cp "${GPU_CHECK_SMI_XML:-$FIXTURES/nvidia-smi/a100-sxm4-80gb-535.xml}" "$R/smi-$1.xml"
     elif [ "$left" -gt 5 ]; then
         timeout "$((left < 30 ? left : 30))" nvidia-smi -q -x > "$R/smi-$1.xml" 2> "$R/smi-$1.err"
+        # The same in the form people read, once per phase (the comparisons use the XML).
+        case $1 in *-before) timeout "$((left < 30 ? left : 30))" nvidia-smi -q > "$R/smi-$1.txt" 2>> "$R/smi-$1.err" ;; esac
     fi
 }
 
