@@ -107,7 +107,10 @@ def test_a_verdict_from_a_series_that_stopped_is_not_a_verdict(prometheus: str) 
     # 215 s after its last sample (past stale_seconds, within Prometheus's 5 minutes of lookback).
     n4 = read(prometheus, NOW - 400).seen["n4"]
     assert n4.state is None and n4.action is None
-    assert "its latest verdict (unhealthy replace) is 215 s old" in (n4.problem or "")
+    stopped = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW - 615))
+    assert n4.problem == f"its series stopped: its latest verdict (unhealthy replace) is from {stopped}"
+    # The same words a minute later: said once.
+    assert read(prometheus, NOW - 340).seen["n4"].problem == n4.problem
     # Just after it stopped it was still one; 10 minutes after, Prometheus has none for it.
     assert read(prometheus, NOW - 600 + 60).seen["n4"].state == "unhealthy"
     assert "n4" not in read(prometheus).seen
