@@ -204,3 +204,12 @@ def readme_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from .node_root import readme_install
 
     return readme_install(tmp_path_factory.mktemp("readme-install"))
+
+
+@pytest.fixture(scope="session")
+def fabric_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Simulated pairwise groups backfilled into three real Prometheus servers (tests/fabric_store.py),
+    once a session for every test that reads them."""
+    from .fabric_store import serve
+
+    yield from serve(tmp_path_factory)

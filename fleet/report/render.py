@@ -1,0 +1,403 @@
+"""The report's pictures and its page: rasters coloured with a perceptually uniform colormap, a
+legend in % and GB/s, and one self-contained HTML page (or one PNG).
+
+**Colours.** viridis (matplotlib's default, perceptually uniform and readable with every common
+colour-vision deficiency) on a linear scale from 0 to 100 % of the reference, above clipped: a
+healthy pair is yellow-green, a slow one teal to dark violet, a failed run (0 %) the darkest.
+viridis holds no grey, so a pair never measured in the window is light grey with a darker
+diagonal hatch, visibly neither fast nor slow, and a node's own cell is white. (cividis, the
+other colour-blind-safe choice, runs through greys in its middle: a pair at half speed would look
+like one never measured.)
+
+**Rasters.** Each matrix is drawn one block of ``cell`` × ``cell`` pixels per pair, from the
+colormap's lookup table, with no resampling, so that a pair's pixel box is exact: the page
+exposes the node order and the cell sizes (``report-data``) and a test reads a pair's colour at
+its cell's centre. The page shows the images at their own size (scrolling at 1,024 nodes), never
+scaled.
+
+**Self-contained.** Images are ``data:`` URIs, the style and the one script (the name of the pair
+under the pointer) are inline, fonts are the system's: opening the page fetches nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import textwrap
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import numpy as np
+import numpy.typing as npt
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from PIL import Image
+
+from clusterhealth.checks.fabric import analysis as fabric
+from clusterhealth.fleet.report.view import LABELLED_NODES, View
+
+COLORMAP = "viridis"
+NEVER = (224, 224, 224)  # a pair never measured in the window
+HATCH = (170, 170, 170)  # its diagonal hatch
+SELF = (255, 255, 255)  # a node's own cell
+HATCH_EVERY = 6  # pixels between the hatch's diagonals
+VIEWS = ("latest", "worst")
+MATRIX_PIXELS = 640  # the pair matrix's side, up to one pixel a pair
+GROUP_PIXELS = 512
+STRIP_PIXELS = 960
+TICK_PIXELS = 90  # at least this far apart, for "11-29 03:10" in the page's small type
+
+Pixels = npt.NDArray[np.uint8]
+
+
+def lookup_table() -> Pixels:
+    """The colormap as 256 RGB triples, index 0 for 0 % of the reference, 255 for 100 %."""
+    rgba = colormaps[COLORMAP](np.linspace(0.0, 1.0, 256))
+    table: Pixels = np.round(rgba[:, :3] * 255).astype(np.uint8)
+    return table
+
+
+def colours(values: npt.NDArray[np.float32], table: Pixels) -> Pixels:
+    """RGB of each ratio (NaN: never measured)."""
+    never = np.isnan(values)
+    index = np.clip(np.rint(np.nan_to_num(values, nan=0.0) * 255), 0, 255).astype(np.intp)
+    rgb: Pixels = table[index]
+    rgb[never] = NEVER
+    return rgb
+
+
+def raster(
+    values: npt.NDArray[np.float32], table: Pixels, width: int, height: int, *, diagonal: bool = False
+) -> Pixels:
+    """The picture of a values array, ``width`` × ``height`` pixels a value, never-measured
+    cells hatched, the diagonal white when ``diagonal``."""
+    rgb = colours(values, table)
+    if diagonal:
+        n = min(values.shape)
+        rgb[np.arange(n), np.arange(n)] = SELF
+        never = np.isnan(values) & ~np.eye(values.shape[0], values.shape[1], dtype=bool)
+    else:
+        never = np.isnan(values)
+    big: Pixels = np.repeat(np.repeat(rgb, height, axis=0), width, axis=1)
+    if never.any():
+        mask = np.repeat(np.repeat(never, height, axis=0), width, axis=1)
+        ys, xs = np.indices(mask.shape[:2])
+        big[mask & ((xs + ys) % HATCH_EVERY == 0)] = HATCH
+    return big
+
+
+def png_bytes(rgb: Pixels) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(out, format="PNG", compress_level=6)
+    return out.getvalue()
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def cell_size(count: int, pixels: int, largest: int, smallest: int = 1) -> int:
+    return max(smallest, min(largest, pixels // max(count, 1)))
+
+
+def legend_figure(reference: float | None, threshold: float, width_px: int = 560) -> Figure:
+    """The colour scale in % of the reference, and in GB/s above it when the reference is known,
+    with the threshold below which a meeting is short."""
+    figure = Figure(figsize=(width_px / 100, 1.25 if reference else 0.85), dpi=100)
+    bottom = 0.42 if reference else 0.5
+    axes = figure.add_axes((0.04, bottom, 0.92, 0.22 if reference else 0.3))
+    mappable = ScalarMappable(norm=Normalize(0, 100), cmap=COLORMAP)
+    bar = figure.colorbar(mappable, cax=axes, orientation="horizontal", extend="max")
+    bar.set_ticks(list(range(0, 101, 10)))
+    bar.set_label(f"share of the reference, % (short below {threshold:.0%}; 0 %: failed)", fontsize=8)
+    axes.tick_params(labelsize=8)
+    axes.axvline(threshold * 100, color="white", linewidth=1.5)
+    axes.axvline(threshold * 100, color="black", linewidth=0.8, linestyle=(0, (2, 2)))
+    if reference:
+        gbps = reference / 1e9
+        top = axes.secondary_xaxis("top", functions=(lambda p: p * gbps / 100, lambda g: g * 100 / gbps))
+        top.set_xlabel("GB/s", fontsize=8, labelpad=2)
+        top.tick_params(labelsize=8)
+    return figure
+
+
+def figure_png(figure: Figure) -> bytes:
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=figure.dpi)
+    return out.getvalue()
+
+
+def utc(t: float, with_date: bool = True) -> str:
+    moment = datetime.fromtimestamp(t, timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC" if with_date else "%H:%M")
+
+
+def span(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:g} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def time_ticks(view: View, cell_width: int) -> list[dict[str, Any]]:
+    """Labels under the strip: a column's left edge in pixels and the start of its round (UTC,
+    the date on the first label and where the day changes); rounds are numbered from the Unix
+    epoch, so round r starts at r × period."""
+    if not view.rounds:
+        return []
+    every = max(1, math.ceil(TICK_PIXELS / cell_width))
+    ticks = []
+    last_day = None
+    for column in range(0, len(view.rounds), every):
+        moment = datetime.fromtimestamp(view.rounds[column] * view.history.period, timezone.utc)
+        label = moment.strftime("%H:%M" if moment.date() == last_day else "%m-%d %H:%M")
+        ticks.append({"x": column * cell_width, "label": label})
+        last_day = moment.date()
+    return ticks
+
+
+def _pct(value: float | None) -> int | None:
+    return None if value is None or math.isnan(value) else round(value * 100)
+
+
+def _verdict(view: View) -> dict[str, Any]:
+    a = view.analysis
+    verdict: dict[str, Any] = {
+        "headline": fabric.headline(a),
+        "fleet": fabric.fleet_lines(a),
+        "columns": fabric.COLUMNS,
+        "suspects": [{"hosts": s.hosts, "row": fabric.suspect_row(s)} for s in a.suspects],
+        "unconfirmed": [{"hosts": s.hosts, "row": fabric.suspect_row(s)} for s in a.unconfirmed],
+        "jobs": [fabric.jobs_line(s) for s in a.suspects if s.impact is not None and s.impact.jobs],
+        "workload": fabric.workload_text(a.workload),
+        "no_verdict": a.not_enough_evidence,
+        "partial": a.partial,
+    }
+    verdict["summary"] = fabric.summary(a)
+    return verdict
+
+
+def _facts(view: View, generated: float) -> list[tuple[str, str]]:
+    h, a = view.history, view.analysis
+    start = h.end - h.window
+    n = view.size
+    facts = [
+        ("window", f"{utc(start)} to {utc(h.end)} ({span(h.window)})"),
+        (
+            "rounds",
+            f"{a.rounds} with meetings, of {span(h.period)}"
+            + (f" (rounds {view.rounds[0]} to {h.rounds[-1]})" if view.rounds else ""),
+        ),
+        ("nodes", f"{n:,}"),
+        (
+            "pairs measured",
+            f"{len(view.pairs):,} of {n * (n - 1) // 2:,} in {a.meetings:,} meetings (a node meets one "
+            "partner a round: most pairs of a large group do not meet within a window)",
+        ),
+    ]
+    if a.reference is not None:
+        facts.append(("reference", fabric.rate_text(a.reference) + ": the group's median meeting"))
+    if a.expected is not None:
+        facts.append(("agents' expectation", fabric.rate_text(a.expected)))
+    newest = h.newest
+    if newest is not None:
+        facts.append(
+            ("newest result", f"scraped {utc(newest)}, {span(max(0.0, h.end - newest))} before the window's end")
+        )
+    facts.append(("report made", utc(generated)))
+    return facts
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def html(view: View, *, generated: float) -> str:
+    """The page (see the module's docstring)."""
+    table = lookup_table()
+    n = view.size
+    threshold = _threshold(view)
+    data: dict[str, Any] = {
+        "probe": view.analysis.probe,
+        "nodes": view.order,
+        "colormap": COLORMAP,
+        "threshold": threshold,
+        "reference_bytes_per_second": view.analysis.reference,
+        "colours": {"never_measured": NEVER, "hatch": HATCH, "self": SELF},
+        "suspects": [{"kind": s.kind, "suspect": s.name, "hosts": list(s.hosts)} for s in view.analysis.suspects],
+        "pairs": [
+            [p.i, p.j, _pct(p.latest), _pct(p.worst), p.meetings, p.latest_round] for p in view.pairs
+        ],
+        "matrix": None,
+        "groups": None,
+        "strip": None,
+    }
+    images: dict[str, str] = {}
+    if view.latest is not None and view.worst is not None:
+        cell = cell_size(n, MATRIX_PIXELS, 80)
+        for which in VIEWS:
+            values = view.matrix(which)
+            assert values is not None
+            images[f"matrix-{which}"] = data_uri(png_bytes(raster(values, table, cell, cell, diagonal=True)))
+        data["matrix"] = {"cell": cell, "size": n, "ids": {w: f"matrix-{w}" for w in VIEWS}}
+    show_groups = view.latest is None or n > LABELLED_NODES or (view.placement_known and len(view.groups) > 1)
+    if show_groups:
+        g = len(view.groups)
+        gcell = cell_size(g, GROUP_PIXELS, 48, 4)
+        for which in VIEWS:
+            images[f"groups-{which}"] = data_uri(
+                png_bytes(raster(view.group_matrix(which), table, gcell, gcell))
+            )
+        data["groups"] = {
+            "cell": gcell,
+            "names": [group.name for group in view.groups],
+            "bounds": [[group.start, group.stop] for group in view.groups],
+            "ids": {w: f"groups-{w}" for w in VIEWS},
+        }
+    strip_width = cell_size(len(view.rounds), STRIP_PIXELS, 32)
+    strip_height = cell_size(n, MATRIX_PIXELS, 16)
+    if view.rounds:
+        images["strip"] = data_uri(png_bytes(raster(view.strip, table, strip_width, strip_height)))
+        data["strip"] = {
+            "id": "strip",
+            "cell_width": strip_width,
+            "cell_height": strip_height,
+            "rounds": view.rounds,
+            "rounds_per_column": view.rounds_per_column,
+            "period_seconds": view.history.period,
+        }
+    legend = data_uri(figure_png(legend_figure(view.analysis.reference, threshold)))
+    swatch = data_uri(png_bytes(raster(np.full((1, 1), np.nan, dtype=np.float32), table, 24, 16)))
+    return _environment().get_template("page.html.j2").render(
+        title=f"clusterhealth report: {view.analysis.probe}",
+        verdict=_verdict(view),
+        facts=_facts(view, generated),
+        missing=view.missing,
+        problems=view.history.problems,
+        data=data,
+        images=images,
+        labelled=view.latest is not None and n <= LABELLED_NODES,
+        order=view.order,
+        groups=view.groups,
+        ticks=time_ticks(view, strip_width),
+        legend=legend,
+        swatch=swatch,
+        rounds_per_column=view.rounds_per_column,
+        period=span(view.history.period),
+    )
+
+
+def _threshold(view: View) -> float:
+    # The report judges with analyze's default rules (fleet/report/command.py).
+    return fabric.Rules().threshold
+
+
+# --- the PNG -----------------------------------------------------------------------------------
+
+PNG_MATRIX_NODES = 1024  # above, the PNG shows the matrix by group
+TEXT_LINE_PX = 14
+MONOSPACE_CHAR_PX = 6.7  # DejaVu Sans Mono at 8 pt, 100 dpi
+LEGEND_PX = 150
+
+
+def png(view: View, *, generated: float) -> bytes:
+    """The matrix (latest meeting of each pair; by group above ``PNG_MATRIX_NODES``) and the
+    verdict, as one PNG for a ticket or a chat message."""
+    table = lookup_table()
+    threshold = _threshold(view)
+    if view.latest is not None and view.size <= PNG_MATRIX_NODES:
+        cell = cell_size(view.size, MATRIX_PIXELS, 80)
+        picture = raster(view.latest, table, cell, cell, diagonal=True)
+        names: Sequence[str] = view.order if view.size <= LABELLED_NODES else []
+        what = "latest meeting of each pair"
+    else:
+        cell = cell_size(len(view.groups), GROUP_PIXELS, 48, 4)
+        picture = raster(view.group_latest, table, cell, cell)
+        names = [g.name for g in view.groups] if len(view.groups) <= LABELLED_NODES else []
+        what = f"median of the latest meetings between groups ({len(view.groups)} groups)"
+    verdict = _verdict(view)
+    lines = [verdict["headline"], *verdict["fleet"], *(f"partial data: {p}" for p in view.history.problems)]
+    if verdict["no_verdict"]:
+        lines.append(verdict["summary"])
+    elif verdict["suspects"]:
+        lines.append(verdict["summary"])
+        for s in verdict["suspects"]:
+            row = dict(zip(fabric.COLUMNS, s["row"], strict=True))
+            text = (
+                f"  {row['SUSPECT']} ({row['KIND']}): ratio {row['RATIO']}, step {row['STEP']}, "
+                f"{row['GPU-H/DAY']} GPU-h/day; {row['EVIDENCE']}; rounds {row['ROUNDS']}, "
+                f"{row['FIRST SEEN']} to {row['LAST SEEN']}"
+            )
+            lines.append(text)
+    else:
+        lines.append("no suspect")
+    lines.append(f"window {utc(view.history.end - view.history.window)} to {utc(view.history.end)}; made {utc(generated)}")
+    side = picture.shape[0]
+    margin_left = 90 if names else 30
+    width = max(margin_left + side + LEGEND_PX, 900)
+    columns = int((width - margin_left - 10) / MONOSPACE_CHAR_PX)
+    lines = [
+        wrapped
+        for line in lines
+        for wrapped in textwrap.wrap(line, columns, subsequent_indent="    ", break_on_hyphens=False)
+    ]
+    margin_top = 70 if names else 40
+    text_px = TEXT_LINE_PX * (len(lines) + 1) + 20
+    height = margin_top + side + 30 + text_px
+    figure = Figure(figsize=(width / 100, height / 100), dpi=100)
+    axes = figure.add_axes((margin_left / width, (text_px + 30) / height, side / width, side / height))
+    axes.imshow(picture, interpolation="nearest", extent=(0, side, side, 0))
+    axes.set_xlim(0, side)
+    axes.set_ylim(side, 0)
+    if names:
+        centres = [(i + 0.5) * cell for i in range(len(names))]
+        axes.set_xticks(centres, names, rotation=90, fontsize=7)
+        axes.set_yticks(centres, names, fontsize=7)
+        axes.xaxis.tick_top()
+    else:
+        axes.set_xticks([])
+        axes.set_yticks([])
+    figure.text(
+        margin_left / width,
+        1 - 12 / height,
+        f"clusterhealth report: probe {view.analysis.probe}, {what}",
+        fontsize=10,
+        va="top",
+    )
+    bar_axes = figure.add_axes(
+        ((margin_left + side + 30) / width, (text_px + 30) / height, 18 / width, side / height)
+    )
+    bar = figure.colorbar(
+        ScalarMappable(norm=Normalize(0, 100), cmap=COLORMAP), cax=bar_axes, extend="max"
+    )
+    bar.set_ticks(list(range(0, 101, 20)))
+    bar.ax.tick_params(labelsize=7)
+    bar.ax.axhline(threshold * 100, color="black", linewidth=0.8, linestyle=(0, (2, 2)))
+    label = "% of the reference"
+    if view.analysis.reference:
+        label += f" ({view.analysis.reference / 1e9:.2f} GB/s = 100 %)"
+    bar.set_label(label + "; grey hatch: never measured", fontsize=7)
+    figure.text(
+        margin_left / width,
+        (text_px - 5) / height,
+        "\n".join(lines),
+        fontsize=8,
+        family="monospace",
+        va="top",
+    )
+    return figure_png(figure)
