@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
@@ -108,6 +109,12 @@ def add_commands(sub: Any) -> None:
         metavar="K",
         help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
         "round K+1 (the series that ended meanwhile carry no staleness marker)",
+    )
+    lab.add_argument(
+        "--report",
+        metavar="FILE",
+        help="where to write the report of the run (clusterhealth report's page; default "
+        "lab-PREFIX.html in the current directory; needs the report extra)",
     )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
@@ -216,6 +223,7 @@ def _lab(args: argparse.Namespace) -> int:
         degrade_path=path,
         factor=args.degrade_factor,
         restart_prometheus=args.restart_prometheus,
+        report=Path(args.report) if args.report else None,
     )
     return lab.main(spec, args.json)
 

@@ -213,3 +213,15 @@ def fabric_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from .fabric_store import serve
 
     yield from serve(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's chromium without network, driven through the DevTools protocol (tests/browser.py)."""
+    from .browser import Browser
+
+    opened = Browser(tmp_path_factory.mktemp("browser"))
+    try:
+        yield opened
+    finally:
+        opened.close()

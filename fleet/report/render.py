@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 import textwrap
 from collections.abc import Sequence
@@ -121,15 +122,22 @@ def legend_figure(reference: float | None, threshold: float, width_px: int = 560
     axes.axvline(threshold * 100, color="black", linewidth=0.8, linestyle=(0, (2, 2)))
     if reference:
         gbps = reference / 1e9
-        top = axes.secondary_xaxis("top", functions=(lambda p: p * gbps / 100, lambda g: g * 100 / gbps))
+
+        def to_gbps(percent: Any) -> Any:
+            return percent * gbps / 100
+
+        def to_percent(rate: Any) -> Any:
+            return rate * 100 / gbps
+
+        top = axes.secondary_xaxis("top", functions=(to_gbps, to_percent))
         top.set_xlabel("GB/s", fontsize=8, labelpad=2)
         top.tick_params(labelsize=8)
     return figure
 
 
-def figure_png(figure: Figure) -> bytes:
+def figure_png(figure: Figure, metadata: dict[str, str] | None = None) -> bytes:
     out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=figure.dpi)
+    figure.savefig(out, format="png", dpi=figure.dpi, metadata=metadata)
     return out.getvalue()
 
 
@@ -210,9 +218,8 @@ def _facts(view: View, generated: float) -> list[tuple[str, str]]:
         facts.append(("agents' expectation", fabric.rate_text(a.expected)))
     newest = h.newest
     if newest is not None:
-        facts.append(
-            ("newest result", f"scraped {utc(newest)}, {span(max(0.0, h.end - newest))} before the window's end")
-        )
+        age = span(max(0.0, h.end - newest))
+        facts.append(("newest result", f"scraped {utc(newest)}, {age} before the window's end"))
     facts.append(("report made", utc(generated)))
     return facts
 
@@ -239,10 +246,10 @@ def html(view: View, *, generated: float) -> str:
         "threshold": threshold,
         "reference_bytes_per_second": view.analysis.reference,
         "colours": {"never_measured": NEVER, "hatch": HATCH, "self": SELF},
-        "suspects": [{"kind": s.kind, "suspect": s.name, "hosts": list(s.hosts)} for s in view.analysis.suspects],
-        "pairs": [
-            [p.i, p.j, _pct(p.latest), _pct(p.worst), p.meetings, p.latest_round] for p in view.pairs
+        "suspects": [
+            {"kind": s.kind, "suspect": s.name, "hosts": list(s.hosts)} for s in view.analysis.suspects
         ],
+        "pairs": [[p.i, p.j, _pct(p.latest), _pct(p.worst), p.meetings, p.latest_round] for p in view.pairs],
         "matrix": None,
         "groups": None,
         "strip": None,
@@ -283,22 +290,26 @@ def html(view: View, *, generated: float) -> str:
         }
     legend = data_uri(figure_png(legend_figure(view.analysis.reference, threshold)))
     swatch = data_uri(png_bytes(raster(np.full((1, 1), np.nan, dtype=np.float32), table, 24, 16)))
-    return _environment().get_template("page.html.j2").render(
-        title=f"clusterhealth report: {view.analysis.probe}",
-        verdict=_verdict(view),
-        facts=_facts(view, generated),
-        missing=view.missing,
-        problems=view.history.problems,
-        data=data,
-        images=images,
-        labelled=view.latest is not None and n <= LABELLED_NODES,
-        order=view.order,
-        groups=view.groups,
-        ticks=time_ticks(view, strip_width),
-        legend=legend,
-        swatch=swatch,
-        rounds_per_column=view.rounds_per_column,
-        period=span(view.history.period),
+    return (
+        _environment()
+        .get_template("page.html.j2")
+        .render(
+            title=f"clusterhealth report: {view.analysis.probe}",
+            verdict=_verdict(view),
+            facts=_facts(view, generated),
+            missing=view.missing,
+            problems=view.history.problems,
+            data=data,
+            images=images,
+            labelled=view.latest is not None and n <= LABELLED_NODES,
+            order=view.order,
+            groups=view.groups,
+            ticks=time_ticks(view, strip_width),
+            legend=legend,
+            swatch=swatch,
+            rounds_per_column=view.rounds_per_column,
+            period=span(view.history.period),
+        )
     )
 
 
@@ -310,6 +321,7 @@ def _threshold(view: View) -> float:
 # --- the PNG -----------------------------------------------------------------------------------
 
 PNG_MATRIX_NODES = 1024  # above, the PNG shows the matrix by group
+MATRIX_KEY = "clusterhealth-matrix"  # the PNG text chunk that says where the matrix is
 TEXT_LINE_PX = 14
 MONOSPACE_CHAR_PX = 6.7  # DejaVu Sans Mono at 8 pt, 100 dpi
 LEGEND_PX = 150
@@ -325,11 +337,13 @@ def png(view: View, *, generated: float) -> bytes:
         picture = raster(view.latest, table, cell, cell, diagonal=True)
         names: Sequence[str] = view.order if view.size <= LABELLED_NODES else []
         what = "latest meeting of each pair"
+        rows = list(view.order)
     else:
         cell = cell_size(len(view.groups), GROUP_PIXELS, 48, 4)
         picture = raster(view.group_latest, table, cell, cell)
         names = [g.name for g in view.groups] if len(view.groups) <= LABELLED_NODES else []
         what = f"median of the latest meetings between groups ({len(view.groups)} groups)"
+        rows = [g.name for g in view.groups]
     verdict = _verdict(view)
     lines = [verdict["headline"], *verdict["fleet"], *(f"partial data: {p}" for p in view.history.problems)]
     if verdict["no_verdict"]:
@@ -346,7 +360,8 @@ def png(view: View, *, generated: float) -> bytes:
             lines.append(text)
     else:
         lines.append("no suspect")
-    lines.append(f"window {utc(view.history.end - view.history.window)} to {utc(view.history.end)}; made {utc(generated)}")
+    start, end = view.history.end - view.history.window, view.history.end
+    lines.append(f"window {utc(start)} to {utc(end)}; made {utc(generated)}")
     side = picture.shape[0]
     margin_left = 90 if names else 30
     width = max(margin_left + side + LEGEND_PX, 900)
@@ -382,9 +397,7 @@ def png(view: View, *, generated: float) -> bytes:
     bar_axes = figure.add_axes(
         ((margin_left + side + 30) / width, (text_px + 30) / height, 18 / width, side / height)
     )
-    bar = figure.colorbar(
-        ScalarMappable(norm=Normalize(0, 100), cmap=COLORMAP), cax=bar_axes, extend="max"
-    )
+    bar = figure.colorbar(ScalarMappable(norm=Normalize(0, 100), cmap=COLORMAP), cax=bar_axes, extend="max")
     bar.set_ticks(list(range(0, 101, 20)))
     bar.ax.tick_params(labelsize=7)
     bar.ax.axhline(threshold * 100, color="black", linewidth=0.8, linestyle=(0, (2, 2)))
@@ -400,4 +413,13 @@ def png(view: View, *, generated: float) -> bytes:
         family="monospace",
         va="top",
     )
-    return figure_png(figure)
+    # Where the matrix lies in the picture, for whoever reads its pixels (the tests), as the page
+    # exposes it: a PNG text chunk.
+    where = {
+        "box": [margin_left, margin_top, side, side],
+        "cell": cell,
+        "rows": rows,
+        "colormap": COLORMAP,
+        "threshold": threshold,
+    }
+    return figure_png(figure, {"Software": "clusterhealth report", MATRIX_KEY: json.dumps(where)})

@@ -141,9 +141,7 @@ def build(history: History, analysis: Analysis, placement: Placement | None = No
     pairs = []
     for (a, b), p in recorded.items():
         i, j = sorted((index[a], index[b]))
-        pairs.append(
-            Pair(i, j, seen_ratio(p.latest), seen_ratio(p.worst), p.meetings, p.latest.round)
-        )
+        pairs.append(Pair(i, j, seen_ratio(p.latest), seen_ratio(p.worst), p.meetings, p.latest.round))
     pairs.sort(key=lambda p: (p.i, p.j))
     groups = groups_of(order, placement)
     view = View(
@@ -226,15 +224,15 @@ def _missing(view: View, history: History, analysis: Analysis, met: set[str]) ->
     silent = sorted(history.nodes - met, key=natural_key)
     if silent:
         shown = ", ".join(silent[:20]) + (f" and {len(silent) - 20} more" if len(silent) > 20 else "")
-        out.append(f"{len(silent)} node{'s' if len(silent) > 1 else ''} exported the group's series but met nobody in the window: {shown}")
+        out.append(f"{_count(len(silent), 'node')} exported the group's series but met nobody: {shown}")
     unknown = sum(1 for m in history.meetings if seen_ratio(m) is None)
     if unknown:
-        out.append(f"{unknown} meeting{'s' if unknown > 1 else ''} with neither a bandwidth nor a failure (left out)")
+        out.append(f"{_count(unknown, 'meeting')} with neither a bandwidth nor a failure (left out)")
     rounds = history.rounds
     if rounds:
         gaps = (rounds[-1] - rounds[0] + 1) - len(rounds)
         if gaps:
-            out.append(f"{gaps} round{'s' if gaps > 1 else ''} between the first and the last without any meeting")
+            out.append(f"{_count(gaps, 'round')} between the first and the last without any meeting")
     newest = history.newest
     if newest is not None and history.end - newest > STALE_ROUNDS * history.period:
         out.append(
@@ -255,3 +253,7 @@ def _age(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'s' if n != 1 else ''}"
