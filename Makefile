@@ -47,12 +47,14 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # network namespaces, buildah and mmdebstrap for the container image test (which bootstraps its
 # own Debian base), unshare (util-linux) for the install test's private mounts, testssl.sh to scan
 # the endpoint's TLS, Open MPI's mpirun (and its libmpi, which the mpi4py wheel of the test extras
-# loads) for the impact validation's all-reduce in the lab.
+# loads) for the impact validation's all-reduce in the lab, chromium to look at `clusterhealth
+# report`'s page (driven by Playwright through the DevTools protocol, tests/browser.py; no browser
+# is downloaded).
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
-             mpirun:openmpi-bin
+             mpirun:openmpi-bin chromium:chromium
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
         k8s-tools dist wheels image install uninstall
@@ -144,13 +146,15 @@ typecheck: venv
 	$(BIN)/mypy
 	$(BIN)/mypy deploy/prometheus/mixin.py deploy/prometheus/clusterhealth_mixin
 
-# Rules, dashboards, the chart's copies and the kubelet API's Python code are generated and
-# committed; the tests regenerate them and fail on any difference.
-generate: venv k8s-tools
+# Rules, dashboards, the chart's copies, the kubelet API's Python code and the README's picture of
+# the report (drawn by chromium) are generated and committed; the tests regenerate them and fail
+# on any difference.
+generate: venv k8s-tools sysdeps
 	$(BIN)/python deploy/prometheus/mixin.py
 	$(BIN)/python -m clusterhealth.dashboards.build
 	$(BIN)/python deploy/kubernetes/manifests.py
 	$(BIN)/python -m clusterhealth.exporters.jobs.kubelet.generate
+	$(BIN)/python -m tests.report_image
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
@@ -159,9 +163,11 @@ bench: venv sysdeps
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/series.py
 
-# Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
-bench-fabric: venv
+# Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures; and
+# the report's time, size and load in chromium at 64-4,096 nodes (docs/performance.md).
+bench-fabric: venv sysdeps
 	$(BIN)/python benchmarks/fabric_scale.py
+	$(BIN)/python benchmarks/report_scale.py
 
 # The impact model against Open MPI's MPI_Allreduce in the namespace lab (root; about 17 minutes):
 # docs/cost.md's validation table.

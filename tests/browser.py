@@ -22,10 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib import colormaps
 from PIL import Image
 from playwright.sync_api import BrowserContext, Page, Playwright, Request, Route, sync_playwright
 
 from .conftest import require_tool
+
+# A pixel within this distance (summed over R, G, B) of a colormap entry is that entry's colour.
+TOLERANCE = 6
 
 
 @dataclass
@@ -128,3 +133,60 @@ class Browser:
             self.browser.close()
         finally:
             self._playwright.stop()
+
+
+# --- reading a report's pixels ---------------------------------------------------------------------
+
+
+def _table(name: str) -> np.ndarray:
+    return np.round(colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.int32)
+
+
+def ratios(pixels: np.ndarray, colormap: str) -> np.ndarray:
+    """The ratio each RGB pixel stands for on the colormap; NaN for a colour not on it (the grey
+    of a pair never measured, its hatch, the white of a node's own cell)."""
+    table = _table(colormap)
+    flat = pixels.reshape(-1, 3).astype(np.int32)
+    colours, back = np.unique(flat, axis=0, return_inverse=True)
+    distance = np.abs(colours[:, None, :] - table[None, :, :]).sum(axis=2)
+    nearest = distance.argmin(axis=1)
+    found = np.where(distance[np.arange(len(colours)), nearest] <= TOLERANCE, nearest / 255, np.nan)
+    return found[back.reshape(-1)].reshape(pixels.shape[:-1])
+
+
+@dataclass
+class Matrix:
+    """A matrix image as the screenshot shows it, and how to find a cell in it."""
+
+    shot: Image.Image
+    box: tuple[float, float, float, float]
+    cell: int
+    nodes: list[str]
+    colormap: str
+
+    def ratio(self, a: str, b: str) -> float:
+        """The ratio of cell (row a, column b), read at its centre; NaN when not on the colormap."""
+        i, j = self.nodes.index(a), self.nodes.index(b)
+        x = int(self.box[0] + (j + 0.5) * self.cell)
+        y = int(self.box[1] + (i + 0.5) * self.cell)
+        pixel = np.array(self.shot.getpixel((x, y)), dtype=np.int32)[None, None, :]
+        return float(ratios(pixel, self.colormap)[0, 0])
+
+    def pixels(self) -> np.ndarray:
+        x, y, w, h = (round(v) for v in self.box)
+        return np.asarray(self.shot.crop((x, y, x + w, y + h)))
+
+
+def matrix(looked: Looked, which: str = "latest", shot: Image.Image | None = None) -> Matrix:
+    data = looked.data()
+    if which == "worst":
+        looked.page.click("label[for=view-worst]")
+    else:
+        looked.page.click("label[for=view-latest]")
+    return Matrix(
+        shot or looked.screenshot(),
+        looked.box(data["matrix"]["ids"][which]),
+        data["matrix"]["cell"],
+        data["nodes"],
+        data["colormap"],
+    )

@@ -9,8 +9,9 @@ diagonal hatch, visibly neither fast nor slow, and a node's own cell is white. (
 other colour-blind-safe choice, runs through greys in its middle: a pair at half speed would look
 like one never measured.)
 
-**Rasters.** Each matrix is drawn one block of ``cell`` × ``cell`` pixels per pair, from the
-colormap's lookup table, with no resampling, so that a pair's pixel box is exact: the page
+**Rasters.** Each matrix is drawn one block of ``cell`` × ``cell`` pixels per pair, as indices into
+a palette of the colormap's colours and the three others (a PNG of one byte a pixel), with no
+resampling, so that a pair's pixel box is exact: the page
 exposes the node order and the cell sizes (``report-data``) and a test reads a pair's colour at
 its cell's centre. The page shows the images at their own size (scrolling at 1,024 nodes), never
 scaled.
@@ -57,45 +58,55 @@ TICK_PIXELS = 90  # at least this far apart, for "11-29 03:10" in the page's sma
 Pixels = npt.NDArray[np.uint8]
 
 
-def lookup_table() -> Pixels:
-    """The colormap as 256 RGB triples, index 0 for 0 % of the reference, 255 for 100 %."""
-    rgba = colormaps[COLORMAP](np.linspace(0.0, 1.0, 256))
-    table: Pixels = np.round(rgba[:, :3] * 255).astype(np.uint8)
-    return table
+# The colormap's entries, 0 to 100 % of the reference; with the three colours that are not a
+# ratio they fill a PNG palette's 256, so a raster is one byte a pixel.
+LEVELS = 253
+_NEVER, _HATCH, _SELF = 253, 254, 255
+
+Indices = npt.NDArray[np.uint8]
 
 
-def colours(values: npt.NDArray[np.float32], table: Pixels) -> Pixels:
-    """RGB of each ratio (NaN: never measured)."""
-    never = np.isnan(values)
-    index = np.clip(np.rint(np.nan_to_num(values, nan=0.0) * 255), 0, 255).astype(np.intp)
-    rgb: Pixels = table[index]
-    rgb[never] = NEVER
-    return rgb
+def palette() -> Pixels:
+    """The 256 RGB colours of a raster: the colormap's ``LEVELS`` from 0 to 100 %, then never
+    measured, its hatch and a node's own cell."""
+    rgba = colormaps[COLORMAP](np.linspace(0.0, 1.0, LEVELS))
+    scale: Pixels = np.round(rgba[:, :3] * 255).astype(np.uint8)
+    return np.vstack([scale, np.array([NEVER, HATCH, SELF], dtype=np.uint8)])
 
 
-def raster(
-    values: npt.NDArray[np.float32], table: Pixels, width: int, height: int, *, diagonal: bool = False
-) -> Pixels:
-    """The picture of a values array, ``width`` × ``height`` pixels a value, never-measured
-    cells hatched, the diagonal white when ``diagonal``."""
-    rgb = colours(values, table)
+def raster(values: npt.NDArray[np.float32], width: int, height: int, *, diagonal: bool = False) -> Indices:
+    """The picture of a values array as palette indices, ``width`` × ``height`` pixels a value,
+    never-measured cells hatched, the diagonal a node's own cell when ``diagonal``."""
+    scaled = np.clip(values * np.float32(LEVELS - 1) + np.float32(0.5), 0, LEVELS - 1)
+    with np.errstate(invalid="ignore"):  # NaN casts to anything: those cells are set just below
+        index: Indices = scaled.astype(np.uint8)
+    index[np.isnan(values)] = _NEVER
     if diagonal:
         n = min(values.shape)
-        rgb[np.arange(n), np.arange(n)] = SELF
-        never = np.isnan(values) & ~np.eye(values.shape[0], values.shape[1], dtype=bool)
-    else:
-        never = np.isnan(values)
-    big: Pixels = np.repeat(np.repeat(rgb, height, axis=0), width, axis=1)
-    if never.any():
-        mask = np.repeat(np.repeat(never, height, axis=0), width, axis=1)
-        ys, xs = np.indices(mask.shape[:2])
-        big[mask & ((xs + ys) % HATCH_EVERY == 0)] = HATCH
-    return big
+        index[np.arange(n), np.arange(n)] = _SELF
+    if width > 1 or height > 1:
+        index = np.repeat(np.repeat(index, height, axis=0), width, axis=1)
+    rows, columns = index.shape
+    tile = (np.add.outer(np.arange(HATCH_EVERY), np.arange(HATCH_EVERY)) % HATCH_EVERY) == 0
+    reps = (-(-rows // HATCH_EVERY), -(-columns // HATCH_EVERY))
+    hatch = np.tile(tile, reps)[:rows, :columns]
+    np.logical_and(hatch, index == _NEVER, out=hatch)
+    index[hatch] = _HATCH
+    return index
 
 
-def png_bytes(rgb: Pixels) -> bytes:
+def rgb(index: Indices) -> Pixels:
+    """A raster's colours, for matplotlib."""
+    out: Pixels = palette()[index]
+    return out
+
+
+def png_bytes(index: Indices) -> bytes:
+    """A raster as a palette PNG (exact colours, one byte a pixel)."""
+    image = Image.fromarray(index, "P")
+    image.putpalette(palette().tobytes())
     out = io.BytesIO()
-    Image.fromarray(rgb, "RGB").save(out, format="PNG", compress_level=6)
+    image.save(out, format="PNG", compress_level=6)
     return out.getvalue()
 
 
@@ -236,7 +247,6 @@ def _environment() -> jinja2.Environment:
 
 def html(view: View, *, generated: float) -> str:
     """The page (see the module's docstring)."""
-    table = lookup_table()
     n = view.size
     threshold = _threshold(view)
     data: dict[str, Any] = {
@@ -260,7 +270,7 @@ def html(view: View, *, generated: float) -> str:
         for which in VIEWS:
             values = view.matrix(which)
             assert values is not None
-            images[f"matrix-{which}"] = data_uri(png_bytes(raster(values, table, cell, cell, diagonal=True)))
+            images[f"matrix-{which}"] = data_uri(png_bytes(raster(values, cell, cell, diagonal=True)))
         data["matrix"] = {"cell": cell, "size": n, "ids": {w: f"matrix-{w}" for w in VIEWS}}
     show_groups = view.latest is None or n > LABELLED_NODES or (view.placement_known and len(view.groups) > 1)
     if show_groups:
@@ -268,7 +278,7 @@ def html(view: View, *, generated: float) -> str:
         gcell = cell_size(g, GROUP_PIXELS, 48, 4)
         for which in VIEWS:
             images[f"groups-{which}"] = data_uri(
-                png_bytes(raster(view.group_matrix(which), table, gcell, gcell))
+                png_bytes(raster(view.group_matrix(which), gcell, gcell))
             )
         data["groups"] = {
             "cell": gcell,
@@ -279,7 +289,7 @@ def html(view: View, *, generated: float) -> str:
     strip_width = cell_size(len(view.rounds), STRIP_PIXELS, 32)
     strip_height = cell_size(n, MATRIX_PIXELS, 16)
     if view.rounds:
-        images["strip"] = data_uri(png_bytes(raster(view.strip, table, strip_width, strip_height)))
+        images["strip"] = data_uri(png_bytes(raster(view.strip, strip_width, strip_height)))
         data["strip"] = {
             "id": "strip",
             "cell_width": strip_width,
@@ -289,7 +299,7 @@ def html(view: View, *, generated: float) -> str:
             "period_seconds": view.history.period,
         }
     legend = data_uri(figure_png(legend_figure(view.analysis.reference, threshold)))
-    swatch = data_uri(png_bytes(raster(np.full((1, 1), np.nan, dtype=np.float32), table, 24, 16)))
+    swatch = data_uri(png_bytes(raster(np.full((1, 1), np.nan, dtype=np.float32), 24, 16)))
     return (
         _environment()
         .get_template("page.html.j2")
@@ -330,17 +340,16 @@ LEGEND_PX = 150
 def png(view: View, *, generated: float) -> bytes:
     """The matrix (latest meeting of each pair; by group above ``PNG_MATRIX_NODES``) and the
     verdict, as one PNG for a ticket or a chat message."""
-    table = lookup_table()
     threshold = _threshold(view)
     if view.latest is not None and view.size <= PNG_MATRIX_NODES:
         cell = cell_size(view.size, MATRIX_PIXELS, 80)
-        picture = raster(view.latest, table, cell, cell, diagonal=True)
+        picture = rgb(raster(view.latest, cell, cell, diagonal=True))
         names: Sequence[str] = view.order if view.size <= LABELLED_NODES else []
         what = "latest meeting of each pair"
         rows = list(view.order)
     else:
         cell = cell_size(len(view.groups), GROUP_PIXELS, 48, 4)
-        picture = raster(view.group_latest, table, cell, cell)
+        picture = rgb(raster(view.group_latest, cell, cell))
         names = [g.name for g in view.groups] if len(view.groups) <= LABELLED_NODES else []
         what = f"median of the latest meetings between groups ({len(view.groups)} groups)"
         rows = [g.name for g in view.groups]
