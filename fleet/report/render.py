@@ -277,9 +277,7 @@ def html(view: View, *, generated: float) -> str:
         g = len(view.groups)
         gcell = cell_size(g, GROUP_PIXELS, 48, 4)
         for which in VIEWS:
-            images[f"groups-{which}"] = data_uri(
-                png_bytes(raster(view.group_matrix(which), gcell, gcell))
-            )
+            images[f"groups-{which}"] = data_uri(png_bytes(raster(view.group_matrix(which), gcell, gcell)))
         data["groups"] = {
             "cell": gcell,
             "names": [group.name for group in view.groups],
