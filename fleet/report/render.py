@@ -331,8 +331,10 @@ def _threshold(view: View) -> float:
 PNG_MATRIX_NODES = 1024  # above, the PNG shows the matrix by group
 MATRIX_KEY = "clusterhealth-matrix"  # the PNG text chunk that says where the matrix is
 TEXT_LINE_PX = 14
-MONOSPACE_CHAR_PX = 6.7  # DejaVu Sans Mono at 8 pt, 100 dpi
+MONOSPACE_CHAR_PX = 7.0  # DejaVu Sans Mono at 8 pt, 100 dpi (6.7), with room
 LEGEND_PX = 150
+LABEL_MIN_CELL = 9  # pixels a row needs for its name at 7 pt
+LABEL_CHAR_PX = 5.2  # DejaVu Sans at 7 pt, 100 dpi
 
 
 def png(view: View, *, generated: float) -> bytes:
@@ -348,7 +350,7 @@ def png(view: View, *, generated: float) -> bytes:
     else:
         cell = cell_size(len(view.groups), GROUP_PIXELS, 48, 4)
         picture = rgb(raster(view.group_latest, cell, cell))
-        names = [g.name for g in view.groups] if len(view.groups) <= LABELLED_NODES else []
+        names = [g.name for g in view.groups]
         what = f"median of the latest meetings between groups ({len(view.groups)} groups)"
         rows = [g.name for g in view.groups]
     verdict = _verdict(view)
@@ -370,15 +372,18 @@ def png(view: View, *, generated: float) -> bytes:
     start, end = view.history.end - view.history.window, view.history.end
     lines.append(f"window {utc(start)} to {utc(end)}; made {utc(generated)}")
     side = picture.shape[0]
-    margin_left = 90 if names else 30
+    if cell < LABEL_MIN_CELL or len(names) > LABELLED_NODES:
+        names = []  # a name a row would overlap its neighbours'
+    label_px = round(max((len(n) for n in names), default=0) * LABEL_CHAR_PX) + 12 if names else 0
+    margin_left = max(30, label_px)
     width = max(margin_left + side + LEGEND_PX, 900)
-    columns = int((width - margin_left - 10) / MONOSPACE_CHAR_PX)
+    columns = int((width - margin_left - 30) / MONOSPACE_CHAR_PX)
     lines = [
         wrapped
         for line in lines
         for wrapped in textwrap.wrap(line, columns, subsequent_indent="    ", break_on_hyphens=False)
     ]
-    margin_top = 70 if names else 40
+    margin_top = 40 + label_px
     text_px = TEXT_LINE_PX * (len(lines) + 1) + 20
     height = margin_top + side + 30 + text_px
     figure = Figure(figsize=(width / 100, height / 100), dpi=100)
