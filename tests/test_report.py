@@ -62,7 +62,7 @@ def _report(
 def made(fabric_store: Servers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Made]:
     folder = tmp_path_factory.mktemp("reports")
     out = {}
-    for probe in ("hostfault", "pathfault", "clean", "noisefaults", "fewrounds"):
+    for probe in ("hostfault", "pathfault", "clean", "noisefaults", "fewrounds", "unreachable"):
         path = folder / f"{probe}.html"
         done = _report("--prometheus", fabric_store.url, "--probe", probe, "--window", "2h", "-o", str(path))
         out[probe] = Made(done.returncode, done.stdout, done.stderr, path)
@@ -276,6 +276,45 @@ def _strip(looked: Looked, shot: Image.Image) -> dict[str, dict[int, float]]:
         found = ratios(pixels[None, :, :], data["colormap"])[0]
         out[node] = {r: float(v) for r, v in zip(strip["rounds"], found, strict=True)}
     return out
+
+
+def test_a_host_nobody_can_reach_is_drawn_at_zero_not_as_never_measured(
+    made: dict[str, Made], pages: dict[str, Looked]
+) -> None:
+    # h4's runs measured nothing for the last 4 rounds: failed meetings, the darkest colour.
+    assert made["unreachable"].code == 1
+    looked = pages["unreachable"]
+    _assert_clean_load(looked)
+    latest = matrix(looked, "latest")
+    fault = LAST - 3 + SHIFT[0]
+    failed = {
+        next(iter(p - {"h4"}))
+        for p, ms in _pairs("unreachable").items()
+        if "h4" in p and ms[-1].round >= fault
+    }
+    assert len(failed) >= 3
+    for partner in failed:
+        assert latest.ratio("h4", partner) < 0.05 and latest.ratio(partner, "h4") < 0.05, partner
+
+
+def test_partial_data_is_drawn_only_when_asked_and_the_page_says_what_is_missing(
+    fabric_store: Servers, tmp_path: Path, browser: Browser
+) -> None:
+    out = tmp_path / "partial.html"
+    args = ["--prometheus", fabric_store.partial, "--probe", "hostfault", "--window", "2h", "-o", str(out)]
+    done = _report(*args)
+    assert done.returncode == 3 and "--allow-partial" in done.stderr and not out.exists()
+    done = _report(*args, "--allow-partial")
+    assert done.returncode == 1, done.stderr
+    looked = browser.look(out)
+    try:
+        _assert_clean_load(looked)
+        assert "PARTIAL DATA" in looked.text("header")
+        missing = looked.text("#missing")
+        assert "partial data: Prometheus answered with partial data" in missing and "remote_read" in missing
+        assert looked.text("#summary") == "1 suspect: h3 (host)"
+    finally:
+        looked.close()
 
 
 def test_too_few_rounds_draws_what_there_is_and_says_there_is_no_verdict(

@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -58,11 +59,14 @@ def write(
     fmt: str = "html",
     *,
     generated: float | None = None,
+    placement: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
     """Draw a judged history into ``path`` (html or png), whole or not at all; the path written.
-    MissingExtra without the report extra; OSError when the file cannot be written."""
+    ``placement`` (node → its places, outermost first, e.g. (spine, leaf)) orders the nodes and
+    groups them; without it they go by name. MissingExtra without the report extra; OSError when
+    the file cannot be written."""
     view, render = renderer()
-    shown = view.build(history, analysis)
+    shown = view.build(history, analysis, placement)
     made = time.time() if generated is None else generated
     body = render.html(shown, generated=made).encode() if fmt == "html" else render.png(shown, generated=made)
     replace_whole(path, body)

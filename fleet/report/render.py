@@ -53,7 +53,7 @@ VIEWS = ("latest", "worst")
 MATRIX_PIXELS = 640  # the pair matrix's side, up to one pixel a pair
 GROUP_PIXELS = 512
 STRIP_PIXELS = 960
-TICK_PIXELS = 90  # at least this far apart, for "11-29 03:10" in the page's small type
+TICK_PIXELS = 100  # at least this far apart, for "11-29 03:10:20" in the page's small type
 
 Pixels = npt.NDArray[np.uint8]
 
@@ -178,7 +178,8 @@ def time_ticks(view: View, cell_width: int) -> list[dict[str, Any]]:
     last_day = None
     for column in range(0, len(view.rounds), every):
         moment = datetime.fromtimestamp(view.rounds[column] * view.history.period, timezone.utc)
-        label = moment.strftime("%H:%M" if moment.date() == last_day else "%m-%d %H:%M")
+        clock = "%H:%M:%S" if view.history.period < 60 else "%H:%M"  # the lab's rounds are 20 s
+        label = moment.strftime(clock if moment.date() == last_day else f"%m-%d {clock}")
         ticks.append({"x": column * cell_width, "label": label})
         last_day = moment.date()
     return ticks

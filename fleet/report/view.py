@@ -155,7 +155,7 @@ def build(history: History, analysis: Analysis, placement: Placement | None = No
         rounds=[],
         rounds_per_column=1,
         strip=np.full((len(order), 0), np.nan, dtype=np.float32),
-        placement_known=bool(placement) and any(placement.get(n) for n in order),  # type: ignore[union-attr]
+        placement_known=placement is not None and any(placement.get(n) for n in order),
     )
     if len(order) <= MAX_MATRIX_NODES:
         view.latest, view.worst = _matrix(pairs, len(order), "latest"), _matrix(pairs, len(order), "worst")
