@@ -132,6 +132,16 @@ def test_a_bad_host_is_a_cross_of_slow_cells_and_its_row_turns_dark_when_it_degr
     for pair in healthy:
         a, b = sorted(pair)
         assert worst.ratio(a, b) >= 0.8, pair
+    # Pointing at a cell names its pair and its two ratios.
+    partner = sorted(crossed)[0]
+    column = latest.nodes.index(partner)
+    looked.page.click("label[for=view-latest]")
+    looked.page.locator("#matrix-latest").hover(
+        position={"x": (column + 0.5) * latest.cell, "y": (latest.nodes.index("h3") + 0.5) * latest.cell}
+    )
+    tip = looked.text("#tip")
+    assert re.fullmatch(rf"h3 ↔ {partner}: latest \d+ % \([\d.]+ GB/s\), worst \d+ % .*", tip), tip
+    assert looked.errors == [] and looked.console_errors == []
     # The verdict names the host, with its kind and price.
     suspects = looked.text("#suspects")
     (row,) = [line.split("\t") for line in suspects.splitlines() if line.startswith("h3")]
