@@ -50,16 +50,20 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # loads) for the impact validation's all-reduce in the lab; Slurm's controller, node daemon and
 # client commands with munge for the real cluster of tests/slurm.py (setpriv, of util-linux, ties
 # its daemons' lives to the test run's); etcd for the real Kubernetes API of tests/kube.py, and Go
-# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package.
+# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package; chromium to
+# look at `clusterhealth report`'s page (driven by Playwright through the DevTools protocol,
+# tests/browser.py; no browser is downloaded).
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
              mpirun:openmpi-bin slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client \
-             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev
+             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev \
+             chromium:chromium
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
-        k8s-tools kube-apiserver dist wheels image install uninstall gpu-check-carry gpu-check-dry-run
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-report bench-impact \
+        generate k8s-tools kube-apiserver dist wheels image install uninstall gpu-check-carry \
+        gpu-check-dry-run
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -148,14 +152,16 @@ typecheck: venv
 	$(BIN)/mypy
 	$(BIN)/mypy deploy/prometheus/mixin.py deploy/prometheus/clusterhealth_mixin
 
-# Rules, dashboards, the chart's copies and the kubelet API's Python code are generated and
-# committed; the tests regenerate them and fail on any difference.
-generate: venv k8s-tools
+# Rules, dashboards, the chart's copies, the kubelet API's Python code and the README's picture of
+# the report (drawn by chromium) are generated and committed; the tests regenerate them and fail
+# on any difference.
+generate: venv k8s-tools sysdeps
 	$(BIN)/python deploy/prometheus/mixin.py
 	$(BIN)/python -m clusterhealth.fleet.remediate.config docs/remediation.md
 	$(BIN)/python -m clusterhealth.dashboards.build
 	$(BIN)/python deploy/kubernetes/manifests.py
 	$(BIN)/python -m clusterhealth.exporters.jobs.kubelet.generate
+	$(BIN)/python -m tests.report_image
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
@@ -167,6 +173,11 @@ bench: venv sysdeps
 # Fabric tomography at 64-4,096 simulated nodes (about 8 minutes): docs/fabric.md's figures.
 bench-fabric: venv
 	$(BIN)/python benchmarks/fabric_scale.py
+
+# The report's time, size and opening in chromium at 64-4,096 nodes (about a minute):
+# docs/performance.md's figures.
+bench-report: venv sysdeps
+	$(BIN)/python benchmarks/report_scale.py
 
 # The impact model against Open MPI's MPI_Allreduce in the namespace lab (root; about 17 minutes):
 # docs/cost.md's validation table.

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
 from clusterhealth.checks.probes.settings import parse_bandwidth
 
-COMMANDS = ("analyze", "lab", "model", "remediate")
+COMMANDS = ("analyze", "lab", "model", "remediate", "report")
 
 
 def add_commands(sub: Any) -> None:
@@ -41,6 +42,31 @@ def add_commands(sub: Any) -> None:
         "a store answering isPartial)",
     )
     _workload_arguments(analyze, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
+
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page (or a PNG) of a pairwise group: the pair-bandwidth "
+        "matrix, each node round by round, and analyze's verdict",
+        description="Reads and judges the group as analyze does. Needs the report extra: "
+        "pip install 'clusterhealth[report]'. Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or "
+        "the report extra missing, 3 no verdict (nothing is written when there is no data to draw).",
+    )
+    report.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    report.add_argument("--probe", metavar="NAME", help="the pairwise group (default: the only one)")
+    report.add_argument(
+        "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
+    )
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    report.add_argument(
+        "--format", choices=("html", "png"), default="html", help="an HTML page (default) or one PNG"
+    )
+    report.add_argument(
+        "--step", metavar="DURATION", help="width of the windows the history is read in (as analyze's)"
+    )
+    report.add_argument(
+        "--allow-partial", action="store_true", help="draw what can be read on partial data (as analyze's)"
+    )
+    _workload_arguments(report, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
 
     lab = sub.add_parser(
         "lab",
@@ -83,6 +109,12 @@ def add_commands(sub: Any) -> None:
         metavar="K",
         help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
         "round K+1 (the series that ended meanwhile carry no staleness marker)",
+    )
+    lab.add_argument(
+        "--report",
+        metavar="FILE",
+        help="where to write the report of the run (clusterhealth report's page; default "
+        "lab-PREFIX.html in the current directory; needs the report extra)",
     )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
@@ -177,6 +209,24 @@ def run(args: argparse.Namespace) -> int:
             allow_partial=args.allow_partial,
             workload=workload,
         )
+    if args.command == "report":
+        from clusterhealth.fleet.report.command import main as report_main
+
+        try:
+            workload = _workload(args)
+        except ValueError as err:
+            print(f"clusterhealth report: {err}", file=sys.stderr)
+            return 2
+        return report_main(
+            args.prometheus,
+            args.probe,
+            args.window,
+            args.output,
+            args.format,
+            step_text=args.step,
+            allow_partial=args.allow_partial,
+            workload=workload,
+        )
     if args.command == "lab":
         return _lab(args)
     if args.command == "remediate":
@@ -203,6 +253,7 @@ def _lab(args: argparse.Namespace) -> int:
         degrade_path=path,
         factor=args.degrade_factor,
         restart_prometheus=args.restart_prometheus,
+        report=Path(args.report) if args.report else None,
     )
     return lab.main(spec, args.json)
 

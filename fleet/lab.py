@@ -22,9 +22,11 @@ every address inside its own namespaces):
 It waits for the first round that starts with every agent up, lets K rounds go by, runs `analyze`
 (in-process, from the switch namespace) after each, and prints the last verdict: the table or the
 JSON of SPEC, plus a ``lab`` object with the history and, in ``remediate``, what `clusterhealth
-remediate --fabric` would do in dry-run over the hosts (its orders, priced). Everything it made
-(processes, namespaces and with them the links, its working directory) is removed at the end, on
-Ctrl-C and on failure.
+remediate --fabric` would do in dry-run over the hosts (its orders, priced). Beside it, the report
+of the last reading (`clusterhealth report`'s page, fleet/report/) is written to ``--report``
+(default ``lab-PREFIX.html`` in the current directory) and its path printed, when the report extra
+is installed. Everything it made (processes, namespaces and with them the links, its working
+directory) is removed at the end, on Ctrl-C and on failure.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
 from clusterhealth.checks.probes import runner
 from clusterhealth.fleet import analyze as analyzing
+from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
 
 log = logging.getLogger("clusterhealth.lab")
@@ -96,6 +99,7 @@ class LabSpec:
     degrade_path: tuple[str, str] | str | None = None
     factor: float = 0.5  # of the common rate, for the degraded host or path
     restart_prometheus: int | None = None  # the round across whose end Prometheus is restarted
+    report: Path | None = None  # where the report goes; None: lab-PREFIX.html in the current directory
 
     def problem(self) -> str | None:
         """None when the lab can be built as asked; otherwise what was expected."""
@@ -118,6 +122,8 @@ class LabSpec:
             return "--degrade-factor: expected a fraction of the rate between 0 and 1, e.g. 0.25"
         if self.restart_prometheus is not None and not 1 <= self.restart_prometheus < self.rounds:
             return "--restart-prometheus: expected a round before the last, from 1 to --rounds - 1"
+        if self.report is not None and (self.report.is_dir() or not self.report.absolute().parent.is_dir()):
+            return f"--report: expected a file in an existing directory, got {self.report}"
         return None
 
     def expected_suspect(self, path: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -221,6 +227,7 @@ class Lab:
     workdir: Path | None = None
     tools: dict[str, str] = field(default_factory=dict)
     path: tuple[str, str] | None = None  # the path degraded, once chosen (at the first round)
+    history: pairwise.History | None = None  # the last reading, for the report
 
     @property
     def switch(self) -> str:
@@ -560,7 +567,13 @@ class Lab:
         return at - (first * self.spec.period + 2 * SCRAPE_SECONDS)
 
     def _analyze(self, first: int, at: float) -> analysis.Analysis:
-        return analyzing.run(self.prometheus_url, GROUP, self._window(first, at), step=SCRAPE_SECONDS, now=at)
+        self.history = None
+        prometheus = Prometheus(self.prometheus_url)
+        window = self._window(first, at)
+        history = pairwise.read_history(prometheus, GROUP, window, step=SCRAPE_SECONDS, now=at)
+        result = pairwise.judge(history)
+        self.history = history
+        return result
 
     def _remediate(self, first: int, at: float) -> dict[str, Any]:
         """What `clusterhealth remediate --fabric` would do now, in dry-run, over the lab's hosts as
@@ -593,6 +606,22 @@ class Lab:
                 for o in result.would
             ],
         }
+
+    def write_report(self, result: analysis.Analysis | None) -> dict[str, Any]:
+        """The report of the last reading, beside the verdict: ``{"report": path}``, or why none
+        was written (``report_error``)."""
+        if result is None or self.history is None:
+            return {"report": None, "report_error": "no reading of the group to draw"}
+        from clusterhealth.fleet.report import command
+
+        path = (self.spec.report or Path(f"lab-{self.prefix}.html")).absolute()
+        try:
+            command.write(self.history, result, path)
+        except (command.MissingExtra, OSError) as err:
+            self.say(f"lab {self.prefix}: report not written: {err}")
+            return {"report": None, "report_error": str(err)}
+        self.say(f"lab {self.prefix}: report written to {path}")
+        return {"report": str(path)}
 
     def _sleep_until(self, until: float) -> None:
         while (remaining := until - time.time()) > 0:
@@ -680,6 +709,7 @@ def main(spec: LabSpec, as_json: bool) -> int:
         finally:
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous)
+    report.update(lab.write_report(result))
     summary = _summary(report)
     if as_json:
         document: dict[str, Any] = (
@@ -692,6 +722,7 @@ def main(spec: LabSpec, as_json: bool) -> int:
             sys.stdout.write(analysis.render_table(result))
         else:
             print(f"no verdict: {why}")
+        print(f"report: {report['report'] or 'not written, ' + report['report_error']}")
         print(summary)
     if result is None or result.not_enough_evidence:
         return analyzing.EXIT_NO_VERDICT
