@@ -58,6 +58,11 @@ def healthy(node: str) -> Seen:
     return Seen(node, "healthy", "none", FOREVER)
 
 
+def recovering(node: str, seconds: float) -> Seen:
+    """Healthy for that long: not yet settled."""
+    return Seen(node, "healthy", "none", seconds)
+
+
 def step(backend: KubernetesBackend, seen: Mapping[str, Seen], now: float) -> Plan:
     """One reconcile as the remediator carries it out."""
     lead = backend.lead()
