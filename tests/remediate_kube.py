@@ -105,9 +105,14 @@ def pod(
     resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
     body = {
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {"nodeName": node, "containers": [{"name": "train", "image": "trainer", "resources": resources}]},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "train", "image": "trainer", "resources": resources}],
+        },
     }
     kube.admin.post(f"/api/v1/namespaces/{namespace}/pods", body).ok()
     status = {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}}
-    created: dict[str, Any] = kube.admin.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status).ok().body
+    created: dict[str, Any] = (
+        kube.admin.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status).ok().body
+    )
     return created

@@ -9,7 +9,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -18,7 +18,14 @@ from clusterhealth.agent.settings import ConfigError, from_mapping
 from clusterhealth.fleet.remediate import kubernetes as k8s
 from clusterhealth.fleet.remediate.backend import BackendError
 from clusterhealth.fleet.remediate.config import RemediateConfig
-from clusterhealth.fleet.remediate.kubernetes import ACT, DO_NOT_ACT, HISTORY, TAINT, conditions_for, parse_record
+from clusterhealth.fleet.remediate.kubernetes import (
+    ACT,
+    DO_NOT_ACT,
+    HISTORY,
+    TAINT,
+    conditions_for,
+    parse_record,
+)
 
 from .conftest import ROOT
 from .kube import KubeAPI, condition
@@ -47,7 +54,9 @@ def test_a_sick_node_is_cordoned_annotated_and_conditioned_and_the_kubelets_read
     kube: KubeAPI, tmp_path: Path
 ) -> None:
     before = kube.create_node("gpu-1")
-    kube.admin.patch("/api/v1/nodes/gpu-1", {"metadata": {"annotations": {"example.com/owner": "team-a"}}}).ok()
+    kube.admin.patch(
+        "/api/v1/nodes/gpu-1", {"metadata": {"annotations": {"example.com/owner": "team-a"}}}
+    ).ok()
     kube.create_node("gpu-2")
     backend = open_kube(kube, tmp_path)
     now = time.time()
@@ -79,7 +88,10 @@ def test_a_sick_node_is_cordoned_annotated_and_conditioned_and_the_kubelets_read
     assert "taints" not in node["spec"] or all(t["key"] != TAINT for t in node["spec"]["taints"])
     (event,) = events(kube, "gpu-1")
     assert event["reason"] == "Quarantined" and event["type"] == "Warning"
-    assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["uid"] == node["metadata"]["uid"]
+    assert (
+        event["involvedObject"]["kind"] == "Node"
+        and event["involvedObject"]["uid"] == node["metadata"]["uid"]
+    )
     assert event["message"].startswith("clusterhealth: reset_gpu: gpu_xid 3 (cordoned, condition GPUProblem")
     assert event["source"]["component"] == "clusterhealth-remediate"
     # The healthy node: not a byte changed.
@@ -103,13 +115,17 @@ def test_the_condition_follows_the_evidence(evidence: str, kinds: list[str]) -> 
 
 
 def test_the_conditions_split_the_checks_as_the_node_problem_detector_plugin_does() -> None:
-    plugin = json.loads((ROOT / "deploy" / "kubernetes" / "node-problem-detector-clusterhealth.json").read_text())
+    plugin = json.loads(
+        (ROOT / "deploy" / "kubernetes" / "node-problem-detector-clusterhealth.json").read_text()
+    )
     for rule in plugin["rules"]:
         only = rule["args"][rule["args"].index("--only") + 1]
         assert k8s.CONDITION_CHECKS[rule["condition"]] == only
 
 
-def test_node_problem_detectors_condition_is_never_overwritten_nor_removed(kube: KubeAPI, tmp_path: Path) -> None:
+def test_node_problem_detectors_condition_is_never_overwritten_nor_removed(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     npd = {
         "type": "GPUProblem", "status": "True", "reason": "GPUCritical",
@@ -147,7 +163,9 @@ def test_a_healthy_node_of_ours_is_released_and_left_without_a_mark(kube: KubeAP
     node = kube.node("gpu-1")
     assert not node["spec"].get("unschedulable")
     assert all(t["key"] != TAINT for t in node["spec"].get("taints", []))
-    assert not any(k.startswith("remediate.clusterhealth.io/") for k in node["metadata"].get("annotations", {}))
+    assert not any(
+        k.startswith("remediate.clusterhealth.io/") for k in node["metadata"].get("annotations", {})
+    )
     assert condition(node, "GPUProblem") is None
     assert node["status"]["conditions"] == before["status"]["conditions"]
     assert reasons(kube, "gpu-1") == ["Quarantined", "Released"]
@@ -158,7 +176,9 @@ def test_a_healthy_node_of_ours_is_released_and_left_without_a_mark(kube: KubeAP
     ]
 
 
-def test_a_node_cordoned_by_someone_else_is_never_touched_nor_uncordoned(kube: KubeAPI, tmp_path: Path) -> None:
+def test_a_node_cordoned_by_someone_else_is_never_touched_nor_uncordoned(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     kube.admin.patch("/api/v1/nodes/gpu-1", {"spec": {"unschedulable": True}}).ok()
     written = kube.node("gpu-1")["metadata"]["resourceVersion"]
@@ -171,7 +191,9 @@ def test_a_node_cordoned_by_someone_else_is_never_touched_nor_uncordoned(kube: K
     assert events(kube) == []
 
 
-def test_an_uncordon_by_someone_else_takes_the_node_over_and_our_marks_go(kube: KubeAPI, tmp_path: Path) -> None:
+def test_an_uncordon_by_someone_else_takes_the_node_over_and_our_marks_go(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     backend = open_kube(kube, tmp_path, kubernetes={"taint": True})
     now = time.time()
@@ -291,7 +313,9 @@ def heartbeat(kube: KubeAPI, node: str) -> tuple[str, str]:
     return c["lastHeartbeatTime"], c["lastTransitionTime"]
 
 
-def test_the_heartbeat_moves_while_the_remediator_runs_and_stops_with_it(kube: KubeAPI, tmp_path: Path) -> None:
+def test_the_heartbeat_moves_while_the_remediator_runs_and_stops_with_it(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     backend = open_kube(kube, tmp_path, settle_seconds=3600)
     start = float(int(time.time()))
@@ -356,7 +380,9 @@ def test_two_replicas_one_lease_only_the_leader_acts(kube: KubeAPI, tmp_path: Pa
     assert not first.lead().leader
 
 
-def test_a_leader_that_stops_renewing_is_replaced_after_the_leases_duration(kube: KubeAPI, tmp_path: Path) -> None:
+def test_a_leader_that_stops_renewing_is_replaced_after_the_leases_duration(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     first = open_kube(kube, tmp_path, kubernetes={"lease_duration_seconds": 2})
     second = open_kube(kube, tmp_path, kubernetes={"lease_duration_seconds": 2})
     assert first.lead().leader
@@ -398,10 +424,15 @@ def pdb(kube: KubeAPI, namespace: str, labels: dict[str, str], allowed: int | No
 
 def deleting(kube: KubeAPI, namespace: str, name: str) -> bool:
     """Evicted: the pod is being deleted (no kubelet here finishes it)."""
-    return "deletionTimestamp" in kube.admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}").ok().body["metadata"]
+    return (
+        "deletionTimestamp"
+        in kube.admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}").ok().body["metadata"]
+    )
 
 
-def test_evictions_after_the_grace_period_hold_to_pod_disruption_budgets(kube: KubeAPI, tmp_path: Path) -> None:
+def test_evictions_after_the_grace_period_hold_to_pod_disruption_budgets(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     kube.create_node("gpu-2")
     pod(kube, "train-0", "gpu-1", namespace="team-a")
@@ -445,7 +476,9 @@ def test_no_eviction_while_the_verdict_no_longer_asks_for_it(kube: KubeAPI, tmp_
     assert not deleting(kube, "default", "train-0")
 
 
-def test_dry_run_asks_the_server_whether_it_would_evict_and_evicts_nothing(kube: KubeAPI, tmp_path: Path) -> None:
+def test_dry_run_asks_the_server_whether_it_would_evict_and_evicts_nothing(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
     kube.create_node("gpu-1")
     pod(kube, "train-0", "gpu-1", namespace="team-a")
     pod(kube, "serve-0", "gpu-1", namespace="team-b", labels={"app": "serve"})
@@ -464,7 +497,7 @@ class _PolicyV1(BaseHTTPRequestHandler):
     """A stand-in for an API server that has policy/v1 (none runs here: 1.20 lacks it): it
     accepts any Eviction and records what it was sent."""
 
-    seen: list[dict[str, Any]] = []
+    seen: ClassVar[list[dict[str, Any]]] = []
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -490,11 +523,15 @@ def test_a_server_with_policy_v1_gets_a_policy_v1_eviction(tmp_path: Path) -> No
         config.write_text(
             yaml.safe_dump(
                 {
-                    "apiVersion": "v1", "kind": "Config", "current-context": "c",
-                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "clusters": [
+                        {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}
+                    ],
                     "users": [{"name": "u", "user": {"token": "t"}}],
                     "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                }  # fmt: skip
+                }
             )
         )
         data = settings(kubernetes={"kubeconfig": str(config)})

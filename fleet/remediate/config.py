@@ -119,7 +119,10 @@ class SlurmConfig:
 
 def _check_labels(labels: Mapping[str, str]) -> str | None:
     if any(not re.fullmatch(r"[a-z][a-z0-9_]*", kind) or not label for kind, label in labels.items()):
-        return "a mapping of domain kinds (rack, leaf, nvlink) to node label keys, e.g. {zone: topology.kubernetes.io/zone}"
+        return (
+            "a mapping of domain kinds (rack, leaf, nvlink) to node label keys, "
+            "e.g. {zone: topology.kubernetes.io/zone}"
+        )
     return None
 
 

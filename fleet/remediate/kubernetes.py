@@ -42,6 +42,7 @@ client's models are those of the newest API and nothing here needs them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fnmatch
 import json
@@ -52,9 +53,9 @@ import re
 import socket
 import time
 import uuid
-from importlib.metadata import version
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from clusterhealth.agent.settings import ConfigError
@@ -200,7 +201,9 @@ def parse_record(node: str, text: str) -> _Record:
     conditions = applied.get("conditions", [])
     if not isinstance(conditions, list) or any(c not in CONDITIONS for c in conditions):
         raise ValueError("not an act of ours (applied.conditions)")
-    return _Record(Act(node, action, float(at), reason, hold=hold), tuple(conditions), applied.get("taint") is True)
+    return _Record(
+        Act(node, action, float(at), reason, hold=hold), tuple(conditions), applied.get("taint") is True
+    )
 
 
 def _ours(condition: Mapping[str, Any], act: Act | None = None) -> bool:
@@ -349,10 +352,8 @@ class KubernetesBackend:
             return json.loads(answer.data)
         except ApiException as err:
             message = str(err.reason)
-            try:
-                message = json.loads(err.body).get("message") or message
-            except (TypeError, ValueError, AttributeError):
-                pass
+            with contextlib.suppress(TypeError, ValueError, AttributeError):
+                message = json.loads(err.body or "").get("message") or message
             raise _Refused(int(err.status or 0), message) from None
         except (HTTPError, OSError) as err:
             raise BackendError(f"the Kubernetes API did not answer {what}: {err}") from None
@@ -405,7 +406,9 @@ class KubernetesBackend:
             count=1,
         )
         try:
-            self._call(f"POST event {reason} for {name}", self.core.create_namespaced_event, EVENTS_NAMESPACE, body)
+            self._call(
+                f"POST event {reason} for {name}", self.core.create_namespaced_event, EVENTS_NAMESPACE, body
+            )
         except _Refused as err:
             raise self._fail(f"the Event {reason} for node {name}", err) from None
 
@@ -471,7 +474,12 @@ class KubernetesBackend:
         return lease
 
     def _write_lease(
-        self, lease: Mapping[str, Any] | None, *, taking: bool, history: str | None = None, giving_up: bool = False
+        self,
+        lease: Mapping[str, Any] | None,
+        *,
+        taking: bool,
+        history: str | None = None,
+        giving_up: bool = False,
     ) -> dict[str, Any]:
         """Create the Lease (lease None) or replace it, guarded by its resourceVersion; _Refused.
         Giving it up clears the holder and shortens the duration to 1 s, as client-go does."""
@@ -497,9 +505,9 @@ class KubernetesBackend:
             spec=c.V1LeaseSpec(
                 holder_identity=None if giving_up else self.identity,
                 lease_duration_seconds=1 if giving_up else max(1, math.ceil(self.lease_seconds)),
-                acquire_time=_stamp(now) if acquired is None else datetime.datetime.fromisoformat(
-                    str(acquired).replace("Z", "+00:00")
-                ),
+                acquire_time=_stamp(now)
+                if acquired is None
+                else datetime.datetime.fromisoformat(str(acquired).replace("Z", "+00:00")),
                 renew_time=_stamp(now),
                 lease_transitions=transitions,
             ),
@@ -520,7 +528,9 @@ class KubernetesBackend:
         """A write only while we hold the Lease, renewed recently enough that no follower can have
         taken it over (two thirds of its duration, as client-go's renew deadline)."""
         if self._renewed is None:
-            raise BackendError(f"not the leader (the Lease {self.namespace}/{self.k.lease_name}): nothing is written")
+            raise BackendError(
+                f"not the leader (the Lease {self.namespace}/{self.k.lease_name}): nothing is written"
+            )
         age = time.monotonic() - self._renewed
         if age > self.lease_seconds * 2 / 3:
             raise BackendError(
@@ -548,7 +558,7 @@ class KubernetesBackend:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 raise BackendError("the Lease is no longer ours: the ended act is not recorded")
             keep = [a for a in self._history() if (a.ended or 0) > now - self.config.repeat_window_seconds]
-            acts = (keep + [ended])[-MAX_HISTORY:]
+            acts = [*keep, ended][-MAX_HISTORY:]
             try:
                 self._lease = self._write_lease(lease, taking=False, history=_history_text(acts))
                 return
@@ -599,7 +609,9 @@ class KubernetesBackend:
         annotations = _annotations(node)
         labels = dict((node.get("metadata") or {}).get("labels") or {})
         domains = {kind: labels[label] for kind, label in self.k.domain_labels.items() if labels.get(label)}
-        domains.update({kind: members[name] for kind, members in self.config.domains.items() if name in members})
+        domains.update(
+            {kind: members[name] for kind, members in self.config.domains.items() if name in members}
+        )
         veto = vetoed(annotations) or any(fnmatch.fnmatchcase(name, p) for p in self.config.veto)
         cordoned = _unschedulable(node)
         ours = orphan = None
@@ -623,7 +635,14 @@ class KubernetesBackend:
             orphan = _residue(node)
         acts = tuple(sorted(history + ([ours] if ours else []), key=lambda a: a.at))
         return NodeView(
-            name, not cordoned, ours=ours, orphan=orphan, other=other, veto=veto, domains=domains, history=acts
+            name,
+            not cordoned,
+            ours=ours,
+            orphan=orphan,
+            other=other,
+            veto=veto,
+            domains=domains,
+            history=acts,
         )
 
     # --- acts ------------------------------------------------------------------------------
@@ -644,14 +663,23 @@ class KubernetesBackend:
                 )
             existing = _conditions(current)
             before: dict[str, Any] = {"unschedulable": False}
-            others = {k: f"{c.get('reason')} ({c.get('status')})" for k, c in existing.items() if k in wanted and not _ours(c)}
+            others = {
+                k: f"{c.get('reason')} ({c.get('status')})"
+                for k, c in existing.items()
+                if k in wanted and not _ours(c)
+            }
             if others:
                 before["conditions"] = others
             mine = [k for k in wanted if k not in others]
             applied = {"cordon": True, "conditions": mine, "taint": self.k.taint}
             spec: dict[str, Any] = {"unschedulable": True}
             if self.k.taint:
-                taint = {"key": TAINT, "value": order.action, "effect": "NoSchedule", "timeAdded": _now_text(now)}
+                taint = {
+                    "key": TAINT,
+                    "value": order.action,
+                    "effect": "NoSchedule",
+                    "timeAdded": _now_text(now),
+                }
                 spec["taints"] = [t for t in _taints(current) if t.get("key") != TAINT] + [taint]
             body = {
                 "metadata": {
@@ -666,7 +694,9 @@ class KubernetesBackend:
             except _Refused:
                 log.info("node %s changed since it was read (409): reading it again", node.name)
         else:
-            raise BackendError(f"node {node.name}: the cordon was refused {ATTEMPTS} times for a stale resourceVersion")
+            raise BackendError(
+                f"node {node.name}: the cordon was refused {ATTEMPTS} times for a stale resourceVersion"
+            )
         mine = self._set_conditions(written, act, mine, now)
         self._quarantined[node.name] = (act, tuple(mine))
         what = ["cordoned"] + (["tainted"] if self.k.taint else []) + [f"condition {k}" for k in mine]
@@ -702,7 +732,9 @@ class KubernetesBackend:
                 if fresh is None:
                     return []
                 node = fresh
-        raise BackendError(f"node {_name(node)}: its conditions were refused {ATTEMPTS} times (stale resourceVersion)")
+        raise BackendError(
+            f"node {_name(node)}: its conditions were refused {ATTEMPTS} times (stale resourceVersion)"
+        )
 
     def reboot(self, node: NodeView, order: Order, now: float) -> Act:
         raise BackendError("the Kubernetes backend does not reboot nodes (can_reboot is False)")
@@ -726,9 +758,17 @@ class KubernetesBackend:
             except _Refused:
                 log.info("node %s changed since it was read (409): reading it again", node.name)
         else:
-            raise BackendError(f"node {node.name}: the uncordon was refused {ATTEMPTS} times for a stale resourceVersion")
+            raise BackendError(
+                f"node {node.name}: the uncordon was refused {ATTEMPTS} times for a stale resourceVersion"
+            )
         self._close(act, RECOVERED, now)
-        self._event(current, "Normal", "Released", f"{act.reason}: healthy again, uncordoned and our marks removed", now)
+        self._event(
+            current,
+            "Normal",
+            "Released",
+            f"{act.reason}: healthy again, uncordoned and our marks removed",
+            now,
+        )
         return True
 
     def _still_ours(self, node: Mapping[str, Any], act: Act) -> bool:
@@ -792,12 +832,14 @@ class KubernetesBackend:
             except _Refused:
                 log.info("node %s changed since it was read (409): reading it again", act.node)
         else:
-            raise BackendError(f"node {act.node}: removing our marks was refused {ATTEMPTS} times (stale resourceVersion)")
+            raise BackendError(
+                f"node {act.node}: removing our marks was refused {ATTEMPTS} times (stale resourceVersion)"
+            )
         self._close(act, outcome, now)
         left = f"; removed: {', '.join(removed)}" if removed else ""
         message = (
-            f"{act.reason or act.action}: someone else took the node over (uncordoned it, or removed or edited "
-            f"our annotation); it is theirs, its cordon is never touched by us{left}"
+            f"{act.reason or act.action}: someone else took the node over (uncordoned it, or removed or "
+            f"edited our annotation); it is theirs, its cordon is never touched by us{left}"
         )
         self._event(current if current is not None else act.node, "Normal", "TakenOver", message, now)
 
@@ -807,7 +849,8 @@ class KubernetesBackend:
         if order.operation == QUARANTINE:
             reason, message = "WouldQuarantine", f"{order.reason} (dry-run: would cordon"
             if self.k.evict:
-                message += f", and evict after {self.k.evict_after_seconds:g} s: {self._evictions(node.name, now, dry_run=True)}"
+                asked = self._evictions(node.name, now, dry_run=True)
+                message += f", and evict after {self.k.evict_after_seconds:g} s: {asked}"
             message += ")"
         elif order.operation == RELEASE:
             reason, message = "WouldRelease", f"{order.reason} (dry-run: would uncordon and remove our marks)"
@@ -834,7 +877,9 @@ class KubernetesBackend:
             if left.status in (QUARANTINED, HELD_FOR_PERSON) and left.action in self.config.act_on_actions
         }
         acts: dict[str, Act] = {
-            name: view.ours for name, view in self._views.items() if view.ours is not None and name not in released
+            name: view.ours
+            for name, view in self._views.items()
+            if view.ours is not None and name not in released
         }
         acts.update({name: act for name, (act, _) in self._quarantined.items()})
         for name, act in sorted(acts.items()):
@@ -869,9 +914,12 @@ class KubernetesBackend:
         GPUs; what happened, in a few words ("" when there was nothing to evict)."""
         what = f"GET the pods of node {name}"
         try:
-            pods = self._call(
-                what, self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}"
-            ).get("items") or []
+            pods = (
+                self._call(
+                    what, self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}"
+                ).get("items")
+                or []
+            )
         except _Refused as err:
             raise self._fail(what, err) from None
         evicted, blocked = [], []
@@ -916,7 +964,11 @@ class KubernetesBackend:
                 if err.status in (429, 404):
                     return err.status
                 older = EVICTION_VERSIONS.index(self._eviction_version) + 1
-                if err.status == 400 and self._eviction_version in err.message and older < len(EVICTION_VERSIONS):
+                if (
+                    err.status == 400
+                    and self._eviction_version in err.message
+                    and older < len(EVICTION_VERSIONS)
+                ):
                     log.info("the API has no %s Eviction (%s): using %s", self._eviction_version, err.message,
                              EVICTION_VERSIONS[older])  # fmt: skip
                     self._eviction_version = EVICTION_VERSIONS[older]
