@@ -40,10 +40,10 @@ def test_the_remediator_is_off_by_default() -> None:
 
 def test_every_remediator_object_validates() -> None:
     objects = remediator("--set", "remediator.act=true", "--set", "remediator.config.kubernetes.evict=true")
+    name = "gpu-health-clusterhealth-remediator"
     assert set(objects) == {
         "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-        "ServiceMonitor", "Role/gpu-health-clusterhealth-remediator", "RoleBinding/gpu-health-clusterhealth-remediator",
-        "Role/gpu-health-clusterhealth-remediator-events", "RoleBinding/gpu-health-clusterhealth-remediator-events",
+        "ServiceMonitor", f"Role/{name}", f"RoleBinding/{name}", f"Role/{name}-events", f"RoleBinding/{name}-events",
     }  # fmt: skip
     for name, obj in objects.items():
         if name != "ServiceMonitor":
