@@ -43,7 +43,8 @@ def test_every_remediator_object_validates() -> None:
     name = "gpu-health-clusterhealth-remediator"
     assert set(objects) == {
         "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-        "ServiceMonitor", f"Role/{name}", f"RoleBinding/{name}", f"Role/{name}-events", f"RoleBinding/{name}-events",
+        "ServiceMonitor", f"Role/{name}", f"RoleBinding/{name}",
+        f"Role/{name}-events", f"RoleBinding/{name}-events",
     }  # fmt: skip
     for name, obj in objects.items():
         if name != "ServiceMonitor":
