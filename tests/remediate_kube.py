@@ -102,7 +102,7 @@ def pod(
 ) -> dict[str, Any]:  # fmt: skip
     """A pod on the node, as the scheduler placed it and the kubelet reported it."""
     kube.admin.post("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "4", "memory": "16Gi"}}
     body = {
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": {

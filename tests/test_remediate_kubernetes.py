@@ -210,6 +210,33 @@ def test_an_uncordon_by_someone_else_takes_the_node_over_and_our_marks_go(
     assert json.loads(lease["metadata"]["annotations"][HISTORY])[0][4] == "taken_over"
 
 
+@pytest.mark.parametrize("edit", [None, "mine now", "another act", "uncordon"])
+def test_a_release_reads_the_node_again_and_leaves_it_if_our_mark_changed_meanwhile(
+    kube: KubeAPI, tmp_path: Path, edit: str | None
+) -> None:
+    """Between the reconcile's read and the release, a person takes the node over: the release,
+    checked against a fresh read, does nothing."""
+    kube.create_node("gpu-1")
+    backend = open_kube(kube, tmp_path)
+    now = time.time()
+    step(backend, {"gpu-1": sick("gpu-1")}, now)
+    assert backend.lead().leader
+    view = backend.observe(now + 5).nodes["gpu-1"]
+    assert view.ours is not None
+    if edit == "uncordon":
+        kube.kubectl("uncordon", "gpu-1")
+    elif edit == "another act":  # another remediator's, or ours of another time: not this act
+        other = k8s.Act("gpu-1", "replace", now + 1, "clusterhealth: replace: gpu_row_remap 1")
+        record = k8s.act_record(other, {"cordon": True, "conditions": []}, {"unschedulable": False}, "other")
+        kube.admin.patch("/api/v1/nodes/gpu-1", {"metadata": {"annotations": {ACT: record}}}).ok()
+    else:
+        kube.admin.patch("/api/v1/nodes/gpu-1", {"metadata": {"annotations": {ACT: edit}}}).ok()
+    written = kube.node("gpu-1")
+    assert backend.release(view, view.ours, now + 5) is False
+    assert kube.node("gpu-1")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+    assert reasons(kube, "gpu-1") == ["Quarantined"]
+
+
 @pytest.mark.parametrize("edit", ["removed", "edited"])
 def test_our_annotation_removed_or_edited_leaves_the_cordon_to_whoever_did_it(
     kube: KubeAPI, tmp_path: Path, edit: str

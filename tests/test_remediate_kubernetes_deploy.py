@@ -53,13 +53,13 @@ def test_every_remediator_object_validates() -> None:
     assert result.returncode == 0 and json.loads(result.stdout)["valid"], result.stdout + result.stderr
 
 
-def test_dry_run_until_act_and_two_replicas_holding_one_lease() -> None:
+def test_dry_run_until_act_then_two_replicas_holding_one_lease() -> None:
     dry = remediator()["Deployment"]
     pod = dry["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"][:2] == ["remediate", "--backend=kubernetes"]
     assert "--prometheus=http://prometheus:9090" in container["args"] and "--act" not in container["args"]
-    assert dry["spec"]["replicas"] == 2
+    assert dry["spec"]["replicas"] == 1  # dry-run takes no Lease: a second would post every Event again
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert pod["automountServiceAccountToken"] is True
     assert pod["serviceAccountName"] == "gpu-health-clusterhealth-remediator"
@@ -67,6 +67,7 @@ def test_dry_run_until_act_and_two_replicas_holding_one_lease() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     acting = remediator("--set", "remediator.act=true")["Deployment"]
     assert "--act" in acting["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert acting["spec"]["replicas"] == 2
 
 
 def test_the_configmap_is_a_configuration_the_remediator_accepts(tmp_path: Path) -> None:
@@ -138,6 +139,7 @@ def test_the_documented_overlay_points_at_another_prometheus_and_acts(tmp_path: 
     (container,) = objects["Deployment/clusterhealth-remediator"]["spec"]["template"]["spec"]["containers"]
     assert "--act" in container["args"]
     assert "--prometheus=http://prometheus.example.svc:9090" in container["args"]
+    assert objects["Deployment/clusterhealth-remediator"]["spec"]["replicas"] == 2
     assert objects["Role/clusterhealth-remediator-events"]["metadata"]["namespace"] == "default"
     kubernetes_validate.validate(
         objects["Deployment/clusterhealth-remediator"], KUBERNETES_VERSION, strict=True

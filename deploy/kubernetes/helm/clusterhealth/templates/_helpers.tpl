@@ -19,9 +19,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- /* The remediator's own name, so that the agent's selectors (its DaemonSet, its Service) never
-match the remediator's pods. */ -}}
+match the remediator's pods; its ServiceMonitor makes it the job name, clusterhealth-remediate. */ -}}
 {{- define "clusterhealth.remediatorSelectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}-remediator
+app.kubernetes.io/name: {{ .Chart.Name }}-remediate
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
