@@ -59,7 +59,7 @@ DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-export
              munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
-        k8s-tools kube-apiserver dist wheels image install uninstall
+        k8s-tools kube-apiserver dist wheels image install uninstall gpu-check-carry gpu-check-dry-run
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -172,6 +172,16 @@ bench-fabric: venv
 bench-impact: venv sysdeps
 	$(BIN)/python benchmarks/impact.py
 
+# The GPU check (docs/gpu-check.md). gpu-check-carry puts in .whl/ what a lent GPU machine, which
+# reaches no registry, needs: CPython 3.12 x86-64 wheels of the requirements, the project's wheel,
+# and nccl-tests' source when NCCL_TESTS_SRC names a checkout or git repository of it.
+# gpu-check-dry-run runs the check here against the simulator (results in build/gpu-check/).
+gpu-check-carry: venv
+	PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh prepare
+
+gpu-check-dry-run: venv
+	GPU_CHECK_PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh dry-run
+
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -211,4 +221,4 @@ sysdeps:
 	fi
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules .whl

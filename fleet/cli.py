@@ -14,7 +14,7 @@ from typing import Any
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
 from clusterhealth.checks.probes.settings import parse_bandwidth
 
-COMMANDS = ("analyze", "lab", "model")
+COMMANDS = ("analyze", "lab", "model", "remediate")
 
 
 def add_commands(sub: Any) -> None:
@@ -131,6 +131,32 @@ def add_commands(sub: Any) -> None:
     )
     model.add_argument("--json", action="store_true", help="print JSON")
 
+    remediate = sub.add_parser(
+        "remediate",
+        help="act on the nodes' verdicts: drain (Slurm) or cordon (Kubernetes) within a fleet budget, "
+        "dry-run unless --act",
+        description="Exit codes of --once: 0 nothing to do or done, 1 acted or would act, 2 bad "
+        "arguments or configuration, 3 no trusted data (Prometheus or the scheduler could not be read, "
+        "or a scheduler command failed or hung). docs/remediation.md.",
+    )
+    remediate.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    remediate.add_argument(
+        "--backend", required=True, choices=("slurm", "kubernetes"), help="the scheduler to act on"
+    )
+    remediate.add_argument(
+        "--config", metavar="FILE", help="the remediator's YAML configuration (docs/remediation.md)"
+    )
+    remediate.add_argument(
+        "--act", action="store_true", help="carry the orders out (default: dry-run, which touches nothing)"
+    )
+    remediate.add_argument("--once", action="store_true", help="reconcile once and exit with its code")
+    remediate.add_argument("--listen", metavar="HOST:PORT", help="serve the remediator's /metrics here")
+    remediate.add_argument(
+        "--fabric",
+        metavar="PROBE",
+        help="also act on the host suspects analyze names in this pairwise group (fabric.action)",
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     """Runs one of ``COMMANDS`` and returns its exit code."""
@@ -153,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.command == "lab":
         return _lab(args)
+    if args.command == "remediate":
+        from clusterhealth.fleet.remediate.command import main as remediate_main
+
+        return remediate_main(args)
     return _model(args)
 
 

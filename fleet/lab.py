@@ -21,14 +21,17 @@ every address inside its own namespaces):
 
 It waits for the first round that starts with every agent up, lets K rounds go by, runs `analyze`
 (in-process, from the switch namespace) after each, and prints the last verdict: the table or the
-JSON of SPEC, plus a ``lab`` object with the history. Everything it made (processes, namespaces
-and with them the links, its working directory) is removed at the end, on Ctrl-C and on failure.
+JSON of SPEC, plus a ``lab`` object with the history and, in ``remediate``, what `clusterhealth
+remediate --fabric` would do in dry-run over the hosts (its orders, priced). Everything it made
+(processes, namespaces and with them the links, its working directory) is removed at the end, on
+Ctrl-C and on failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -54,7 +57,7 @@ from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
 from clusterhealth.checks.probes import runner
 from clusterhealth.fleet import analyze as analyzing
-from clusterhealth.fleet.prometheus import NoVerdict
+from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
 
 log = logging.getLogger("clusterhealth.lab")
 
@@ -508,8 +511,9 @@ class Lab:
                 restarted["round"] = k
             # After the round's end, once Prometheus has scraped the last results.
             self._sleep_until((first + k) * period + 2 * SCRAPE_SECONDS + 0.5)
+            at = time.time()
             try:
-                last = in_namespace(self.switch, lambda: self._analyze(first))
+                last = in_namespace(self.switch, functools.partial(self._analyze, first, at))
                 why = last.not_enough_evidence
             except NoVerdict as err:
                 last, why = None, str(err)
@@ -534,6 +538,8 @@ class Lab:
         }
         if restarted is not None:
             report["prometheus_restarted"] = restarted
+        # At the moment of the last analysis: the same window, the same suspects, the same prices.
+        report["remediate"] = in_namespace(self.switch, functools.partial(self._remediate, first, at))
         expected = self.spec.expected_suspect(path)
         if expected is not None:
             kind, suspect = expected
@@ -548,11 +554,45 @@ class Lab:
             )
         return last, why, report
 
-    def _analyze(self, first: int) -> analysis.Analysis:
+    def _window(self, first: int, at: float) -> float:
         # The window starts once the first round's number has been scraped: before, the agents were
         # starting (a round they played while Prometheus was not yet up would count).
-        window = time.time() - (first * self.spec.period + 2 * SCRAPE_SECONDS)
-        return analyzing.run(self.prometheus_url, GROUP, window, step=SCRAPE_SECONDS)
+        return at - (first * self.spec.period + 2 * SCRAPE_SECONDS)
+
+    def _analyze(self, first: int, at: float) -> analysis.Analysis:
+        return analyzing.run(self.prometheus_url, GROUP, self._window(first, at), step=SCRAPE_SECONDS, now=at)
+
+    def _remediate(self, first: int, at: float) -> dict[str, Any]:
+        """What `clusterhealth remediate --fabric` would do now, in dry-run, over the lab's hosts as
+        the nodes of a scheduler that has none (fleet/remediate/memory.py): the orders it would
+        give, each with the price analyze put on its suspect."""
+        from clusterhealth.fleet.remediate.config import BudgetConfig, FabricConfig, RemediateConfig
+        from clusterhealth.fleet.remediate.memory import MemoryBackend
+        from clusterhealth.fleet.remediate.reconcile import Remediator
+
+        hosts = [f"h{i}" for i in range(1, self.spec.hosts + 1)]
+        config = RemediateConfig(
+            budget=BudgetConfig(max_unavailable=len(hosts), max_unavailable_per_domain=len(hosts)),
+            # analyze's own window and step in the lab (_analyze).
+            fabric=FabricConfig(window_seconds=self._window(first, at), step_seconds=SCRAPE_SECONDS),
+        )
+        backend = MemoryBackend(hosts)
+        prometheus = Prometheus(self.prometheus_url)
+        result = Remediator(config, backend, prometheus, fabric=GROUP, clock=lambda: at).reconcile()
+        return {
+            "exit": result.code,
+            "problem": result.problem,
+            "would": [
+                {
+                    "node": o.node,
+                    "operation": o.operation,
+                    "action": o.action,
+                    "reason": o.reason,
+                    "impact": o.impact,
+                }
+                for o in result.would
+            ],
+        }
 
     def _sleep_until(self, until: float) -> None:
         while (remaining := until - time.time()) > 0:
@@ -660,9 +700,17 @@ def main(spec: LabSpec, as_json: bool) -> int:
 
 def _summary(report: dict[str, Any]) -> str:
     head = f"lab: {report['hosts']} hosts, {report['rounds']} rounds of {report['period_seconds']:g} s"
+    orders = (report.get("remediate") or {}).get("would") or []
+    would = "; the remediator (dry-run) would " + (
+        ", ".join(f"{o['operation']} {o['node']} ({o['action']})" for o in orders)
+        if orders
+        else "act on nothing"
+    )
     degraded = report.get("degraded")
     if degraded is None:
-        return head + ", nothing degraded"
+        return head + ", nothing degraded" + would
     named = report.get("named_after_rounds")
     when = f"named after round {named}" if named is not None else "not named"
-    return f"{head}; {degraded['kind']} {degraded['suspect']} degraded to {degraded['factor']:g}: {when}"
+    return (
+        f"{head}; {degraded['kind']} {degraded['suspect']} degraded to {degraded['factor']:g}: {when}{would}"
+    )

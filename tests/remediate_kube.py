@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterhealth.agent.settings import from_mapping
-from clusterhealth.fleet.remediate.backend import FORGET, RELEASE, TAKEN_OVER
+from clusterhealth.fleet.remediate.backend import FORGET, RELEASE, TAKEN_OVER, Lead
 from clusterhealth.fleet.remediate.config import RemediateConfig
 from clusterhealth.fleet.remediate.engine import Plan, Seen, decide
 from clusterhealth.fleet.remediate.kubernetes import KubernetesBackend, open_backend
@@ -64,16 +64,16 @@ def recovering(node: str, seconds: float) -> Seen:
 
 
 def step(backend: KubernetesBackend, seen: Mapping[str, Seen], now: float) -> Plan:
-    """One reconcile as the remediator carries it out."""
-    lead = backend.lead()
+    """One reconcile as the remediator carries it out (fleet/remediate/reconcile.py), with the
+    verdicts given: dry-run takes no Lease and says what it would do; a follower acts on nothing."""
+    lead = backend.lead() if not backend.dry_run else Lead(False, "dry-run")
     observation = backend.observe(now)
     plan = decide(now, backend.config, seen, observation.nodes, backend.can_reboot)
-    if not lead.leader:
-        return plan
     for order in plan.orders:
         view = observation.nodes[order.node]
-        if backend.dry_run:
-            backend.would(view, order, now)
+        if not lead.leader:
+            if order.operation != FORGET:
+                backend.would(view, order, now)
         elif order.operation == FORGET:
             assert view.orphan is not None
             backend.forget(view.orphan, TAKEN_OVER, now)
@@ -82,7 +82,7 @@ def step(backend: KubernetesBackend, seen: Mapping[str, Seen], now: float) -> Pl
             backend.release(view, view.ours, now)
         else:
             backend.quarantine(view, order, now)
-    if not backend.dry_run:
+    if lead.leader:
         backend.tend(plan, now)
     return plan
 

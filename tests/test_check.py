@@ -410,7 +410,7 @@ def test_slurm_healthcheck_logs_a_warning_and_leaves_the_node_in_service(
 ) -> None:
     config = quiet_config(hc.base, policy={"gpu_count": 4})  # 8 GPUs answer: more than expected
     line = check("--format", "line", config=config, tmp_path=tmp_path).stdout.strip()
-    assert line.startswith("WARNING: gpu_count node: 8 GPUs answer NVML, expected 4"), line
+    assert line.startswith("degraded inspect: WARNING: gpu_count node: 8 GPUs answer NVML, expected 4"), line
     node = run_health_check(hc, config)
     assert node.available and node.reason is None
     assert [(m.facility, m.severity, m.text) for m in hc.syslog("n1")] == [

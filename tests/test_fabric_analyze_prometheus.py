@@ -24,6 +24,7 @@ Thanos set-ups say a partial answer.
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import socket
@@ -39,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from clusterhealth.checks.fabric import simulation as sim
+from clusterhealth.checks.fabric.schedule import RoundTiming
 from clusterhealth.fleet import analyze as analyzing
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, Prometheus
@@ -377,6 +379,44 @@ def test_an_agent_renamed_in_the_window_has_each_result_under_the_name_it_had(pr
         if "h1" in (m.server, m.client)
     )
     assert result["meetings"] == _played("renamed") + renamed
+
+
+def _confirming_result_read(
+    timing: RoundTiming, width: float, scrape: float, scrape_phase: float, grid_phase: float
+) -> bool:
+    """Whether a window of the reading grid gives round 0's confirming result: one whose samples of
+    the node's round all say 0 and one of which carries the result. Round 0 is [0, period); the
+    result is exported from the confirming slot's deadline (its runs took all their time) to the
+    round's end; the node is scraped every ``scrape`` seconds."""
+    period = timing.period
+    exported = timing.confirm_start + timing.slot_deadline(confirming=True)
+    first = scrape_phase - scrape * math.ceil((width + scrape_phase) / scrape)
+    samples = [first + k * scrape for k in range(math.ceil((period + 2 * width - first) / scrape) + 1)]
+    # The windows that can hold the result end after it is exported, before the next round's end.
+    end = grid_phase + width * math.floor((exported - grid_phase) / width)
+    while end < period + width:
+        inside = [t for t in samples if end - width < t <= end]
+        if inside and all(0 <= t < period for t in inside) and any(t >= exported for t in inside):
+            return True
+        end += width
+    return False
+
+
+@pytest.mark.parametrize("period", [900.0, 3600.0])
+def test_the_reading_windows_are_narrow_enough_to_catch_the_confirming_result(period: float) -> None:
+    # The default group (900 s rounds, runs of up to 30 s, three confirming runs) scraped every
+    # minute, Prometheus's default: whatever the phase of the scrapes and of the windows, the
+    # confirming meeting's result, exported for the last 335 s of its round, is read. (Windows as
+    # wide as the larger bound, 330 s, miss it at some phases.)
+    timing = RoundTiming(period, 30.0, skew=5.0, startup=2.0, confirm_runs=3)
+    assert timing.problem() is None
+    width = pairwise.window_width(period)
+    for scrape_phase in range(60):
+        for grid_phase in range(int(width) + 1):
+            assert _confirming_result_read(timing, width, 60.0, scrape_phase, grid_phase), (
+                scrape_phase,
+                grid_phase,
+            )
 
 
 def test_too_few_rounds_is_not_enough_evidence(prometheus: str) -> None:

@@ -8,7 +8,9 @@ ratio of about 0.5 and no fleet-wide slowdown, priced as such: a bandwidth-bound
 takes twice as long (the lab's links are slow enough that the stated job's step is all
 communication, so its step takes twice as long too). Meanwhile two more labs check the clean-up: one
 interrupted with Ctrl-C although started with SIGINT ignored (as from a background job), one whose
-Prometheus fails to start.
+Prometheus fails to start. The remediator, in dry-run with `--fabric` over the same Prometheus
+(the lab's `remediate` report), would act on the degraded host alone, priced, and on nothing in the
+others.
 """
 
 from __future__ import annotations
@@ -172,6 +174,14 @@ def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs:
     assert len(partners) == len(set(partners)) and sum(p["meetings"] for p in evidence["short_with"]) == len(
         evidence["meetings"]
     )
+    # The remediator, in dry-run with --fabric over the same Prometheus, would act on that host
+    # alone, as a person's inspection, with analyze's price on it.
+    remediate = lab["remediate"]
+    (order,) = remediate["would"]
+    assert (order["node"], order["operation"], order["action"]) == ("h3", "quarantine", "inspect")
+    assert order["reason"].startswith("clusterhealth: inspect: fabric fabric: h3 at ")
+    assert order["impact"] == result["suspects"][0]["impact"]
+    assert remediate["exit"] == 1 and remediate["problem"] is None
 
 
 def _assert_half_speed_price(impact: dict[str, Any], reference: float) -> None:
@@ -211,7 +221,8 @@ def test_a_degraded_host_of_four_is_that_host_at_half_speed_not_a_slow_fleet(
         assert len(re.findall(rf"\b{partner} ", evidence)) == 1, evidence
     assert re.search(r"\(\d meetings\)", evidence), "five rounds of four: a partner met twice"
     assert out.rstrip().endswith(
-        "lab: 4 hosts, 5 rounds of 20 s; host h2 degraded to 0.5: named after round 3"
+        "lab: 4 hosts, 5 rounds of 20 s; host h2 degraded to 0.5: named after round 3; "
+        "the remediator (dry-run) would quarantine h2 (inspect)"
     )
 
 
@@ -227,6 +238,8 @@ def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running])
     assert evidence["rounds"][1] == evidence["rounds"][0] + 1, "a meeting and its confirmation"
     _assert_half_speed_price(result["suspects"][0]["impact"], result["reference_bandwidth_bytes_per_second"])
     assert result["lab"]["named_after_rounds"] == 3, result["lab"]["history"]
+    # A path is not one host's fault: the remediator leaves both ends alone.
+    assert result["lab"]["remediate"]["would"] == []
 
 
 def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running]) -> None:
@@ -236,6 +249,7 @@ def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running]) -> None:
     # The group's median is near the agents' expectation: no fleet finding, nothing to price.
     assert result["fleet"]["slowdown"] is False and result["fleet"]["impact"] is None
     assert all(e.get("suspects", []) == [] for e in result["lab"]["history"])
+    assert result["lab"]["remediate"] == {"exit": 0, "problem": None, "would": []}
     assert result["rounds"] >= ROUNDS and result["meetings"] >= ROUNDS * HOSTS // 2
 
 

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 # What an act of ours ended with, in the ledger.
 RECOVERED = "recovered"  # we released it: its verdict was healthy for settle_seconds
 TAKEN_OVER = "taken_over"  # someone else removed or changed our mark (resumed, re-drained, edited)
-OUTCOMES = (RECOVERED, TAKEN_OVER)
+FAILED = "failed"  # acted on again without coming back healthy (a reboot after which it is still sick)
+OUTCOMES = (RECOVERED, TAKEN_OVER, FAILED)
 
 # The orders the core gives.
 QUARANTINE, REBOOT, RELEASE, FORGET = "quarantine", "reboot", "release", "forget"
@@ -86,7 +87,9 @@ class NodeView:
 
     name: str
     in_service: bool  # schedulable: not drained, down, cordoned or waiting for a reboot
-    # Our open act, its mark intact on the node (the reason we wrote, our annotation).
+    # Our open act, its mark intact on the node (the reason we wrote, our annotation); or an act
+    # carried out as a reboot that the scheduler ended by putting the node back in service
+    # (``in_service`` True): released once healthy, acted on again if not.
     ours: Act | None = None
     # Our open act whose mark is gone or changed: someone else took the node over.
     orphan: Act | None = None
@@ -121,6 +124,9 @@ class Order:
     evidence: str = ""  # the checks (or the fabric suspect) behind it, for messages and Events
     hold: bool = False  # never to be released automatically
     why: str = ""  # why the core decided it, for the log
+    # The price of the fault behind it, where one is known (an `analyze` suspect's impact: the
+    # all-reduce and step slowdown and the GPU-hours a day it costs), for messages and reports.
+    impact: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,8 @@ class Backend(Protocol):
     def quarantine(self, node: NodeView, order: Order, now: float) -> Act:
         """Take the node out of service with our mark, record it in the ledger (before the
         scheduler is told: a crash between the two leaves an open act whose mark `observe`
-        finds, or an orphan `forget` closes) and return the act."""
+        finds, or an orphan `forget` closes) and return the act. An act of ours still open on the
+        node (a reboot after which it is sick again) is closed as failed."""
         ...
 
     def reboot(self, node: NodeView, order: Order, now: float) -> Act:
@@ -160,10 +167,11 @@ class Backend(Protocol):
         Only called when ``can_reboot``."""
         ...
 
-    def release(self, node: NodeView, act: Act, now: float) -> None:
+    def release(self, node: NodeView, act: Act, now: float) -> bool:
         """Put the node back in service and remove our mark, only if the mark is still ``act``'s
         (checked again against the scheduler just before: an admin may have changed it since
-        ``observe``); close the act in the ledger as recovered."""
+        ``observe``), and close the act in the ledger as recovered. False when the mark had
+        changed: nothing was done (the next ``observe`` reports the orphan)."""
         ...
 
     def forget(self, act: Act, outcome: str, now: float) -> None:

@@ -191,6 +191,13 @@ class FabricConfig:
     window_seconds: float = setting(
         6 * 3600.0, doc="how far back --fabric reads the pairwise group's results", min=60, max=30 * DAY
     )
+    step_seconds: float | None = setting(
+        None,
+        doc="the width of the windows the history is read in, as analyze's --step (default: an eighth "
+        "of the group's round)",
+        min=0.1,
+        max=DAY,
+    )
     action: str = setting(
         "inspect",
         doc="the action a host that analyze names as a suspect gets (its link, cable or switch port "

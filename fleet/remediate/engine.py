@@ -202,29 +202,33 @@ def decide(
             continue
         if view.ours is not None:
             act = view.ours
+            # A reboot the scheduler carried out puts the node back in service itself: if it is
+            # still sick, it is acted on again below (a new act, counted for the K rule).
+            again = (
+                view.in_service
+                and verdict is not None
+                and verdict.state in config.act_on_states
+                and verdict.action in config.act_on_actions
+            )
             if act.hold:
                 left.append(Left(name, HELD_FOR_PERSON, _held_detail(act, config), _asked(verdict)))
-            elif verdict is None or verdict.state is None:
+                continue
+            if verdict is None or verdict.state is None:
                 left.append(Left(name, QUARANTINED, _missing(verdict)))
-            elif verdict.state == "healthy" and verdict.held_seconds >= config.settle_seconds:
-                releases.append(
-                    Order(
-                        name,
-                        RELEASE,
-                        act.action,
-                        act.reason,
-                        why=f"healthy for at least {config.settle_seconds:g} s",
-                    )
-                )
-            else:
+                continue
+            if verdict.state == "healthy" and verdict.held_seconds >= config.settle_seconds:
+                why = f"healthy for at least {config.settle_seconds:g} s"
+                releases.append(Order(name, RELEASE, act.action, act.reason, why=why))
+                continue
+            if not again:
                 detail = (
                     f"healthy for {verdict.held_seconds:g} s of {config.settle_seconds:g}"
                     if verdict.state == "healthy"
                     else f"{verdict.state} {verdict.action}"
                 )
                 left.append(Left(name, QUARANTINED, detail, _asked(verdict)))
-            continue
-        if not view.in_service or view.other is not None:
+                continue
+        elif not view.in_service or view.other is not None:
             left.append(Left(name, OTHER, view.other or "out of service", _asked(verdict)))
             continue
         if verdict is None or verdict.state is None:
@@ -275,9 +279,10 @@ def decide(
             (f"{k}={v}" for k, v in sorted(view.domains.items()) if per_domain[(k, v)] >= per_domain_cap),
             None,
         )
-        if remaining <= 0:
+        counted = view.ours is not None  # acted on again: its place in the budget is its own
+        if remaining <= 0 and not counted:
             status, detail = BUDGET, f"{used} of {cap} nodes out of service by us"
-        elif domain is not None:
+        elif domain is not None and not counted:
             status, detail = DOMAIN, f"{domain} has {per_domain_cap} node(s) out of service by us"
         elif in_flight >= width:
             status, detail = SLOW_START, f"{in_flight} act(s) in flight, width {width}"
@@ -297,13 +302,23 @@ def decide(
             why += f"; act {len(recent) + 1} within {config.repeat_window_seconds:g} s: held for a person"
         evidence = verdict.evidence or f"{verdict.state} ({verdict.source})"
         quarantines.append(
-            Order(view.name, operation, action, reason(action, evidence), evidence, hold=hold, why=why)
+            Order(
+                view.name,
+                operation,
+                action,
+                reason(action, evidence),
+                evidence,
+                hold=hold,
+                why=why,
+                impact=verdict.impact,
+            )
         )
-        remaining -= 1
-        used += 1
+        if not counted:
+            remaining -= 1
+            used += 1
+            for item in view.domains.items():
+                per_domain[item] += 1
         in_flight += 1
-        for item in view.domains.items():
-            per_domain[item] += 1
     budget = Budget(
         max_unavailable=cap,
         used=used,

@@ -581,6 +581,9 @@ class KubernetesBackend:
     # --- observe ---------------------------------------------------------------------------
 
     def observe(self, now: float) -> Observation:
+        if self.dry_run:
+            # Dry-run takes no Lease; it reads the ledger of ended acts, to decide as the leader would.
+            self._lease = self._read_lease()
         history: dict[str, list[Act]] = {}
         for act in self._history():
             history.setdefault(act.node, []).append(act)
@@ -844,8 +847,10 @@ class KubernetesBackend:
         self._event(current if current is not None else act.node, "Normal", "TakenOver", message, now)
 
     def would(self, node: NodeView, order: Order, now: float) -> None:
-        if self._renewed is None:
-            return  # a follower says nothing: the leader does
+        """Dry-run: an Event of what it would do. A follower of an acting remediator says nothing
+        (the leader acts, and says so)."""
+        if not self.dry_run:
+            return
         if order.operation == QUARANTINE:
             reason, message = "WouldQuarantine", f"{order.reason} (dry-run: would cordon"
             if self.k.evict:
