@@ -31,8 +31,10 @@ What it writes, all of it under one prefix or one of two condition types (docs/r
   only after the holder's record has not changed for the lease's duration by its own clock, so
   clocks need not agree); the Lease also keeps the ended acts of the repeat window (annotation
   ``remediate.clusterhealth.io/history``) for the K-acts rule and the slow start;
-* dry-run: the Lease and Events of what it would do (with ``evict``, the evictions asked of the
-  server as a dry run, which says whether PodDisruptionBudgets allow them now); nothing else.
+* dry-run: Events of what it would do (with ``evict``, the evictions asked of the server as a
+  dry run, which says whether PodDisruptionBudgets allow them now); it takes no Lease (it reads
+  the Lease's ledger, to decide as the leader would) and writes nothing else. A follower of an
+  acting remediator writes nothing at all.
 
 The client is the official ``kubernetes`` package (the ``kubernetes`` extra): its configuration
 loading (in-cluster service account with its token refresh, or a kubeconfig), TLS and
