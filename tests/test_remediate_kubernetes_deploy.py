@@ -144,3 +144,24 @@ def test_the_documented_overlay_points_at_another_prometheus_and_acts(tmp_path: 
     kubernetes_validate.validate(
         objects["Deployment/clusterhealth-remediator"], KUBERNETES_VERSION, strict=True
     )
+
+
+def test_the_image_installs_the_kubernetes_extra_pinned_within_its_range() -> None:
+    """The chart's remediator runs the agent's image: it carries the client, pinned for `make image`."""
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    assert '"clusterhealth[kubernetes]==${VERSION}"' in (ROOT / "Containerfile").read_text()
+    pins = {}
+    for line in (ROOT / "deploy" / "container" / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split()[0].split("==")
+            pins[canonicalize_name(name)] = version
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "kubernetes"
+    ]
+    for spec in extra:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in pins and requirement.specifier.contains(pins[name]), spec

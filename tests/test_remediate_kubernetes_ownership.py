@@ -137,7 +137,7 @@ def reconcile(kube: KubeAPI, world: World, backend: Any, now: float) -> None:
             assert ours(new) and now_cordoned, f"{name}: {marks(new)} left"
 
 
-@settings(max_examples=400 if os.environ.get("CLUSTERHEALTH_FUZZ") == "explore" else 25)
+@settings(max_examples=400 if os.environ.get("CLUSTERHEALTH_FUZZ") == "explore" else 20)
 @given(script=st.lists(moves, min_size=4, max_size=14))
 def test_the_remediator_never_undoes_what_it_did_not_do(
     kube: KubeAPI, tmp_path: Path, script: list[tuple[str, ...]]
