@@ -146,13 +146,29 @@ def test_the_documented_overlay_points_at_another_prometheus_and_acts(tmp_path: 
     )
 
 
-def test_the_image_installs_the_kubernetes_extra_pinned_within_its_range() -> None:
-    """The chart's remediator runs the agent's image: it carries the client, pinned for `make image`."""
+def test_the_remediators_image_is_the_one_make_image_remediator_builds_with_the_client_pinned() -> None:
     import tomllib
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    assert '"clusterhealth[kubernetes]==${VERSION}"' in (ROOT / "Containerfile").read_text()
+    (container,) = remediator()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    database = subprocess.run(["make", "-s", "-n", "-p", "-C", str(ROOT)], capture_output=True, text=True)
+    (image,) = [
+        line.split(" = ", 1)[1]
+        for line in database.stdout.splitlines()
+        if line.startswith("REMEDIATOR_IMAGE = ")
+    ]
+    chart = yaml.safe_load(
+        (ROOT / "deploy" / "kubernetes" / "helm" / "clusterhealth" / "Chart.yaml").read_text()
+    )
+    version = chart["appVersion"]
+    assert image.replace("$(VERSION)", version) == container["image"] == f"clusterhealth-remediate:{version}"
+    recipe = subprocess.run(
+        ["make", "-s", "-n", "-C", str(ROOT), "image-remediator", "BUILDAH=echo buildah"],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "--build-arg EXTRAS=[kubernetes]" in recipe
+    assert '"clusterhealth${EXTRAS}==${VERSION}"' in (ROOT / "Containerfile").read_text()
     pins = {}
     for line in (ROOT / "deploy" / "container" / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
