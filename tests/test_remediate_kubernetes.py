@@ -5,6 +5,7 @@ makes one actor of two replicas, and evictions (policy/v1beta1 on 1.20, PodDisru
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -601,3 +602,41 @@ def test_a_ledger_someone_edited_stops_every_act_until_mended(kube: KubeAPI, tmp
     with pytest.raises(BackendError, match=r"history is not the ledger we write"):
         step(backend, {"gpu-1": sick("gpu-1")}, time.time())
     assert not kube.node("gpu-1")["spec"].get("unschedulable")
+
+
+@pytest.mark.parametrize("server", ["closed", "silent"])
+def test_an_api_that_cannot_be_reached_or_never_answers_fails_the_read_in_time(
+    tmp_path: Path, server: str
+) -> None:
+    """A refused connection, or an API that accepts and never answers (timeout_seconds): the
+    backend says so (BackendError: the reconcile acts on nothing, exit 3), within the timeout's few
+    retries, and writes nothing."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if server == "closed":
+        listener.close()
+    else:
+        listener.listen(16)
+    try:
+        config = tmp_path / "kubeconfig"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1", "kind": "Config", "current-context": "c",
+                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                }
+            )
+        )  # fmt: skip
+        data = settings(kubernetes={"kubeconfig": str(config), "timeout_seconds": 1})
+        backend = k8s.open_backend(from_mapping(RemediateConfig, data, "test"), dry_run=False)
+        began = time.monotonic()
+        with pytest.raises(BackendError, match="the Kubernetes API did not answer GET Lease"):
+            backend.lead()
+        with pytest.raises(BackendError, match="the Kubernetes API did not answer GET nodes"):
+            backend.observe(time.time())
+        assert time.monotonic() - began < 30
+    finally:
+        listener.close()

@@ -182,7 +182,10 @@ class KubernetesConfig:
         check=_check_labels,
     )
     timeout_seconds: float = setting(
-        30.0, doc="an API request that lasts longer fails the reconcile", min=1, max=600
+        30.0,
+        doc="an API request that lasts longer (or cannot connect) is tried once more, then fails the reconcile",
+        min=1,
+        max=600,
     )
 
 

@@ -992,18 +992,23 @@ def _api_client(k: KubernetesConfig) -> ApiClient:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    configuration = client.Configuration()
     try:
         if k.kubeconfig:
-            api = config.new_client_from_config(config_file=k.kubeconfig, context=k.context or None)
+            config.load_kube_config(
+                config_file=k.kubeconfig, context=k.context or None, client_configuration=configuration
+            )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
-            api = client.ApiClient(configuration)
         else:
-            api = config.new_client_from_config(context=k.context or None)
+            config.load_kube_config(context=k.context or None, client_configuration=configuration)
     except (ConfigException, OSError, ValueError) as err:
         where = k.kubeconfig or "the service account or the default kubeconfig"
         raise BackendError(f"cannot reach the Kubernetes API with {where}: {err}") from None
+    # One retry of a request that failed to connect or timed out (urllib3's default is three): a
+    # reconcile on an API that does not answer ends after twice timeout_seconds per call.
+    configuration.retries = 1
+    api = client.ApiClient(configuration)
     # The API's audit log and managedFields name us.
     api.user_agent = f"{COMPONENT}/{version('clusterhealth')}"
     return api
