@@ -160,6 +160,7 @@ typecheck: venv
 # committed; the tests regenerate them and fail on any difference.
 generate: venv k8s-tools
 	$(BIN)/python deploy/prometheus/mixin.py
+	$(BIN)/python -m clusterhealth.fleet.remediate.config docs/remediation.md
 	$(BIN)/python -m clusterhealth.dashboards.build
 	$(BIN)/python deploy/kubernetes/manifests.py
 	$(BIN)/python -m clusterhealth.exporters.jobs.kubelet.generate

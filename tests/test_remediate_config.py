@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusterhealth.agent.settings import ConfigError
-from clusterhealth.fleet.remediate.config import RemediateConfig, load, reference_markdown
+from clusterhealth.fleet.remediate.config import RemediateConfig, load, reference_markdown, with_reference
 
 from .conftest import ROOT, run_cli
 from .prom import free_port
@@ -24,7 +24,8 @@ def test_the_shipped_example_and_no_file_load() -> None:
 
 
 def test_the_reference_in_the_docs_is_the_declarations() -> None:
-    assert reference_markdown() in DOC.read_text(), "paste fleet/remediate/config.py's reference_markdown()"
+    page = DOC.read_text()
+    assert reference_markdown() in page and with_reference(page) == page, "run `make generate`"
 
 
 @pytest.mark.parametrize(

@@ -288,15 +288,18 @@ def test_the_kth_act_within_a_week_holds_the_node_for_a_person(run: type[Run], s
 # --- trust ---------------------------------------------------------------------------------------
 
 
-def test_prometheus_unreachable_is_no_action(slurm: SlurmCluster, tmp_path: Path) -> None:
-    r = Run(slurm, f"http://127.0.0.1:{free_port()}", tmp_path)
-    try:
-        result = r.at(N1_SICK)
-        assert result.code == EXIT_UNTRUSTED and "cannot reach" in (result.problem or "")
-        assert drained(slurm) == {}
-        assert metric(r, "clusterhealth_remediation_budget_remaining") is None  # not known, not 0
-    finally:
-        r.close()
+def test_prometheus_unreachable_is_no_action(run: type[Run], slurm: SlurmCluster) -> None:
+    r = run()
+    assert r.at(T - 6400).code == EXIT_DONE  # everyone healthy: nothing to do
+    assert metric(r, "clusterhealth_remediation_budget_remaining") == 2
+    r.remediator.prometheus = Prometheus(f"http://127.0.0.1:{free_port()}")
+    result = r.at(N1_SICK)
+    assert result.code == EXIT_UNTRUSTED and "cannot reach" in (result.problem or "")
+    assert drained(slurm) == {}
+    # What it knew before is not known now: the budget and the nodes are withdrawn, not 0.
+    assert metric(r, "clusterhealth_remediation_budget_remaining") is None
+    assert metric(r, "clusterhealth_remediation_nodes", status="healthy") is None
+    assert metric(r, "clusterhealth_remediation_reconciles_total", result="untrusted") == 1
 
 
 def test_a_hung_slurmctld_is_said_once_and_the_next_reconcile_acts(

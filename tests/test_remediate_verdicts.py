@@ -7,6 +7,7 @@ a fixed moment: how long a verdict held, whether its series stopped, what cannot
 from __future__ import annotations
 
 import math
+import random
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ import pytest
 
 from clusterhealth.fleet.prometheus import NoVerdict, Partial, Prometheus
 from clusterhealth.fleet.remediate import verdicts
+from clusterhealth.fleet.remediate.config import FabricConfig, RemediateConfig
 from clusterhealth.fleet.remediate.engine import Seen
+from clusterhealth.fleet.remediate.reconcile import fabric_suspects
 
 from .prom import free_port
 from .verdict_tsdb import Span, Target, backfill, openmetrics, serve
@@ -104,7 +107,10 @@ def test_a_verdict_from_a_series_that_stopped_is_not_a_verdict(prometheus: str) 
     # 215 s after its last sample (past stale_seconds, within Prometheus's 5 minutes of lookback).
     n4 = read(prometheus, NOW - 400).seen["n4"]
     assert n4.state is None and n4.action is None
-    assert "its latest verdict (unhealthy replace) is 215 s old" in (n4.problem or "")
+    stopped = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW - 615))
+    assert n4.problem == f"its series stopped: its latest verdict (unhealthy replace) is from {stopped}"
+    # The same words a minute later: said once.
+    assert read(prometheus, NOW - 340).seen["n4"].problem == n4.problem
     # Just after it stopped it was still one; 10 minutes after, Prometheus has none for it.
     assert read(prometheus, NOW - 600 + 60).seen["n4"].state == "unhealthy"
     assert "n4" not in read(prometheus).seen
@@ -151,3 +157,45 @@ def test_a_fabric_suspect_makes_its_host_unhealthy_unless_it_is_worse() -> None:
         "fabric",
     )
     assert merged["n2"] == own["n2"]
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two pairwise groups of 8 as their agents exported them over the last hour (the analyze
+    tests' simulation, tests/test_fabric_analyze_prometheus.py): h3 slow in one, the path h2-h5
+    in the other."""
+    from clusterhealth.checks.fabric import simulation as sim
+
+    from .test_fabric_analyze_prometheus import LAST, PERIOD, SCRAPE, N, _group
+
+    shift = int(time.time() // PERIOD) - 2 - LAST
+    families: dict[str, list[str]] = {}
+    schedule = sim.Group(sim.Fleet(sim.node_names(N), seed="pathfault"), random.Random(0)).schedule
+    met = sim.meeting_round(schedule, "h2", "h5", LAST - 10)
+    for probe, rounds in (
+        ("hostfault", _group("hostfault", LAST - 2, bad_hosts={"h3": 0.5})),
+        ("pathfault", _group("pathfault", met, bad_paths={sim.path("h2", "h5"): 0.5})),
+    ):
+        part = sim.exposition_history(
+            probe, sim.shifted(rounds, shift), PERIOD, sim.node_names(N), scrape_interval=SCRAPE
+        )
+        for name, lines in part.items():
+            families.setdefault(name, []).extend(lines)
+    root = tmp_path_factory.mktemp("fabric")
+    data = backfill(root, sim.openmetrics(families))
+    with serve(root, data) as url:
+        yield url
+
+
+def test_fabric_host_suspects_become_verdicts_and_paths_do_not(fabric: str) -> None:
+    config = RemediateConfig(fabric=FabricConfig(window_seconds=7200))
+    now = time.time()
+    suspects, problem = fabric_suspects(Prometheus(fabric), "hostfault", now, config)
+    assert problem is None and list(suspects) == ["h3"]
+    h3 = suspects["h3"]
+    assert (h3.state, h3.action, h3.held_seconds, h3.source) == ("unhealthy", "inspect", math.inf, "fabric")
+    assert (
+        h3.evidence.startswith("fabric hostfault: h3 at ") and h3.impact and "gpu_hours_per_day" in h3.impact
+    )
+    # A path is two hosts' link: analyze names it, the remediator acts on neither end.
+    assert fabric_suspects(Prometheus(fabric), "pathfault", now, config) == ({}, None)

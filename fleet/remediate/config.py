@@ -287,3 +287,23 @@ def reference_markdown() -> str:
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference(RemediateConfig)]
     return "\n".join(lines) + "\n"
+
+
+REFERENCE_BEGIN = (
+    "<!-- BEGIN GENERATED REMEDIATE REFERENCE: fleet/remediate/config.py (reference_markdown) -->\n"
+)
+REFERENCE_END = "<!-- END GENERATED REMEDIATE REFERENCE -->"
+
+
+def with_reference(page: str) -> str:
+    """``page`` with the reference between its markers replaced by the declarations'."""
+    begin = page.index(REFERENCE_BEGIN) + len(REFERENCE_BEGIN)
+    return page[:begin] + reference_markdown() + page[page.index(REFERENCE_END, begin) :]
+
+
+if __name__ == "__main__":
+    # `make generate`: python -m clusterhealth.fleet.remediate.config docs/remediation.md
+    import sys
+
+    (doc,) = sys.argv[1:]
+    Path(doc).write_text(with_reference(Path(doc).read_text()))

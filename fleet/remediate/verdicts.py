@@ -25,6 +25,7 @@ that does not say which node it is is named in ``Reading.problems``.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -144,7 +145,9 @@ def read(
         (state, action), stamp = max(entry.series.items(), key=lambda item: item[1])
         age = now - stamp
         if age > stale_seconds:
-            problem = f"its latest verdict ({state} {action}) is {age:.0f} s old: its series stopped"
+            # The sample's time rather than its age: the same words at every reconcile, said once.
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+            problem = f"its series stopped: its latest verdict ({state} {action}) is from {when}"
             seen[node] = Seen(node, None, None, problem=problem)
             continue
         held = 0.0
