@@ -183,7 +183,8 @@ class KubernetesConfig:
     )
     timeout_seconds: float = setting(
         30.0,
-        doc="an API request that lasts longer (or cannot connect) is tried once more, then fails the reconcile",
+        doc="an API request that lasts longer (or cannot connect) is tried once more, then fails the "
+        "reconcile",
         min=1,
         max=600,
     )
