@@ -640,3 +640,26 @@ def test_an_api_that_cannot_be_reached_or_never_answers_fails_the_read_in_time(
         assert time.monotonic() - began < 30
     finally:
         listener.close()
+
+
+def test_failure_domains_come_from_node_labels_and_the_configuration_wins(
+    kube: KubeAPI, tmp_path: Path
+) -> None:
+    for name, zone in (("gpu-1", "r07"), ("gpu-2", "r07"), ("gpu-3", "r08"), ("gpu-9", "r09")):
+        kube.create_node(name, labels={"topology.kubernetes.io/zone": zone})
+    backend = open_kube(
+        kube, tmp_path, veto=["gpu-9*"], domains={"zone": {"gpu-3": "r07"}},
+        budget={"max_unavailable_per_domain": 1},
+        kubernetes={"domain_labels": {"zone": "topology.kubernetes.io/zone"}},
+    )  # fmt: skip
+    assert backend.lead().leader
+    views = backend.observe(time.time()).nodes
+    assert {n: dict(v.domains) for n, v in views.items()} == {
+        "gpu-1": {"zone": "r07"}, "gpu-2": {"zone": "r07"}, "gpu-3": {"zone": "r07"}, "gpu-9": {"zone": "r09"},
+    }  # fmt: skip
+    assert [n for n, v in views.items() if v.veto] == ["gpu-9"]
+    plan = step(backend, {n: sick(n) for n in views}, time.time())
+    assert [o.node for o in plan.orders] == ["gpu-1"]  # one per zone: r07 holds three
+    assert sorted((item.node, item.status) for item in plan.left) == [
+        ("gpu-2", "domain"), ("gpu-3", "domain"), ("gpu-9", "veto"),
+    ]  # fmt: skip
