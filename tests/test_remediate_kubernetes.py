@@ -655,7 +655,8 @@ def test_failure_domains_come_from_node_labels_and_the_configuration_wins(
     assert backend.lead().leader
     views = backend.observe(time.time()).nodes
     assert {n: dict(v.domains) for n, v in views.items()} == {
-        "gpu-1": {"zone": "r07"}, "gpu-2": {"zone": "r07"}, "gpu-3": {"zone": "r07"}, "gpu-9": {"zone": "r09"},
+        "gpu-1": {"zone": "r07"}, "gpu-2": {"zone": "r07"},
+        "gpu-3": {"zone": "r07"}, "gpu-9": {"zone": "r09"},
     }  # fmt: skip
     assert [n for n, v in views.items() if v.veto] == ["gpu-9"]
     plan = step(backend, {n: sick(n) for n in views}, time.time())
