@@ -1,6 +1,7 @@
 """End to end on Kubernetes: verdicts in a real Prometheus → `clusterhealth remediate --backend
 kubernetes --once` (the command, as a process) under the chart's RBAC → a real kube-apiserver 1.20,
-where the test reads back the cordon, the condition and the Event.
+where the test reads back the cordon, the condition, the Events and the eviction of the pod that
+uses the node's GPUs.
 
 The verdicts are backfilled up to now (tests/verdict_tsdb.py), so the command reads them with its
 own clock: gpu-1 unhealthy (reset_gpu, its gpu_xid check CRITICAL) for the last 20 minutes, gpu-2
@@ -18,7 +19,7 @@ import yaml
 
 from .conftest import CLUSTERHEALTH
 from .kube import KubeAPI, condition
-from .remediate_kube import NAMESPACE, events
+from .remediate_kube import NAMESPACE, events, pod
 from .test_remediate_kubernetes_rbac import as_the_harness_identity, rbac
 from .verdict_tsdb import Span, Target, backfill, openmetrics, serve
 
@@ -55,7 +56,8 @@ def test_a_verdict_in_prometheus_cordons_the_node_with_its_condition_and_event(
 ) -> None:
     kube.create_node("gpu-1")
     kube.create_node("gpu-2")
-    kube.apply(as_the_harness_identity(kube, rbac()))
+    pod(kube, "train-0", "gpu-1", namespace="team-a")
+    kube.apply(as_the_harness_identity(kube, rbac("--set", "remediator.config.kubernetes.evict=true")))
     config = tmp_path / "remediate.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -65,6 +67,8 @@ def test_a_verdict_in_prometheus_cordons_the_node_with_its_condition_and_event(
                     "kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig", kube.remediator_token)),
                     "namespace": NAMESPACE,
                     "lease_name": "clusterhealth-remediator",
+                    "evict": True,
+                    "evict_after_seconds": 0,
                 },
             }
         )
@@ -73,6 +77,10 @@ def test_a_verdict_in_prometheus_cordons_the_node_with_its_condition_and_event(
 
     dry = remediate(prometheus, config)
     assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert (
+        "deletionTimestamp"
+        not in kube.admin.get("/api/v1/namespaces/team-a/pods/train-0").ok().body["metadata"]
+    )
     assert "would quarantine gpu-1: clusterhealth: reset_gpu: gpu_xid 3" in dry.stdout
     assert "unknown_node ghost" in dry.stdout
     assert kube.node("gpu-1")["metadata"]["resourceVersion"] == before
@@ -89,7 +97,14 @@ def test_a_verdict_in_prometheus_cordons_the_node_with_its_condition_and_event(
         "True", "reset_gpu", "clusterhealth: reset_gpu: gpu_xid 3",
     )  # fmt: skip
     assert condition(node, "Ready")["status"] == "True"  # type: ignore[index]
-    assert sorted(e["reason"] for e in events(kube, "gpu-1")) == ["Quarantined", "WouldQuarantine"]
+    assert sorted(e["reason"] for e in events(kube, "gpu-1")) == [
+        "Evicting",
+        "Quarantined",
+        "WouldQuarantine",
+    ]
+    # The reconcile tended its act: no grace asked, the pod on the node's GPUs evicted.
+    evicted = kube.admin.get("/api/v1/namespaces/team-a/pods/train-0").ok().body
+    assert "deletionTimestamp" in evicted["metadata"]
     assert not kube.node("gpu-2")["spec"].get("unschedulable")
     # The command gave the Lease up as it ended.
     lease = kube.admin.get(
