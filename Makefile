@@ -15,6 +15,7 @@ LISTEN ?= 127.0.0.1:9845
 # BUILD_FLAGS pass options where the defaults do not fit, e.g. on a machine whose runtime cannot
 # run containers: BUILDAH="buildah --storage-driver vfs" BUILD_FLAGS="--isolation chroot".
 IMAGE       ?= clusterhealth:$(VERSION)
+REMEDIATOR_IMAGE ?= clusterhealth-remediate:$(VERSION)
 BASE        ?= docker.io/library/debian:bookworm-slim
 BUILDAH     ?= buildah
 BUILD_FLAGS ?=
@@ -62,8 +63,8 @@ DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-export
              chromium:chromium
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-report bench-impact \
-        generate k8s-tools kube-apiserver dist wheels image install uninstall gpu-check-carry \
-        gpu-check-dry-run
+        generate k8s-tools kube-apiserver dist wheels image image-remediator install uninstall \
+        gpu-check-carry gpu-check-dry-run
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -83,6 +84,13 @@ wheels: venv
 image: wheels
 	$(BUILDAH) bud $(BUILD_FLAGS) --layers -f Containerfile -t $(IMAGE) \
 		--build-arg BASE=$(BASE) --build-arg VERSION=$(VERSION) \
+		--build-arg WHEELS_DIGEST=$$(cat $(WHEELS)/*.whl | sha256sum | cut -c1-64) .
+
+# `make image-remediator`: the image of `clusterhealth remediate --backend kubernetes` (the chart's
+# remediator.image): the agent's, with the kubernetes extra. REMEDIATOR_IMAGE names it.
+image-remediator: wheels
+	$(BUILDAH) bud $(BUILD_FLAGS) --layers -f Containerfile -t $(REMEDIATOR_IMAGE) \
+		--build-arg BASE=$(BASE) --build-arg VERSION=$(VERSION) --build-arg EXTRAS=[kubernetes] \
 		--build-arg WHEELS_DIGEST=$$(cat $(WHEELS)/*.whl | sha256sum | cut -c1-64) .
 
 # Paths in the installed files follow PREFIX and SYSCONFDIR. A config file already in place is

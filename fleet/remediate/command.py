@@ -20,6 +20,7 @@ from clusterhealth.agent.settings import ConfigError
 from clusterhealth.fleet.prometheus import Prometheus, valid_url
 from clusterhealth.fleet.remediate import config as configuration
 from clusterhealth.fleet.remediate import engine
+from clusterhealth.fleet.remediate.backend import BackendError
 from clusterhealth.fleet.remediate.reconcile import (
     EXIT_DONE,
     EXIT_USAGE,
@@ -66,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         backend = open_backend(args.backend, config, dry_run=not args.act)
     except ModuleNotFoundError:
         return _usage(f"--backend {args.backend}: not available in this version")
-    except ConfigError as err:
+    except (ConfigError, BackendError) as err:  # BackendError: a client library or credentials missing
         return _usage(str(err))
     prometheus = Prometheus(args.prometheus, timeout=config.prometheus_timeout_seconds)
     remediator = Remediator(config, backend, prometheus, act=args.act, fabric=args.fabric)

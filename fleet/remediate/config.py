@@ -117,6 +117,79 @@ class SlurmConfig:
     )
 
 
+def _check_labels(labels: Mapping[str, str]) -> str | None:
+    if any(not re.fullmatch(r"[a-z][a-z0-9_]*", kind) or not label for kind, label in labels.items()):
+        return (
+            "a mapping of domain kinds (rack, leaf, nvlink) to node label keys, "
+            "e.g. {zone: topology.kubernetes.io/zone}"
+        )
+    return None
+
+
+def _check_resources(names: tuple[str, ...]) -> str | None:
+    if not names or any(not re.fullmatch(r"[A-Za-z0-9.\-/*]+", n) for n in names):
+        return "a list of extended resource names or glob patterns of them, e.g. nvidia.com/gpu"
+    return None
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    kubeconfig: str = setting(
+        "",
+        doc="a kubeconfig file to reach the API with; empty: the pod's service account (in a cluster), "
+        "else $KUBECONFIG or ~/.kube/config",
+    )
+    context: str = setting("", doc="the kubeconfig's context to use; empty: its current context")
+    namespace: str = setting(
+        "",
+        doc="where the Lease lives (leader election, and the ledger of ended acts); empty: the pod's own "
+        "namespace, else default",
+    )
+    lease_name: str = setting("clusterhealth-remediator", doc="the Lease's name: one actor per Lease")
+    lease_duration_seconds: float = setting(
+        0.0,
+        doc="a leader that has not renewed the Lease for this long is replaced; it is renewed once per "
+        "reconcile, so at least twice interval_seconds; 0: three times interval_seconds",
+        min=0,
+        max=DAY,
+    )
+    taint: bool = setting(
+        False,
+        doc="also taint the nodes it quarantines with remediate.clusterhealth.io/quarantined:NoSchedule "
+        "(for schedulers that do not read the cordon)",
+    )
+    evict: bool = setting(
+        False,
+        doc="evict the pods that use a quarantined node's GPUs (the Eviction API: PodDisruptionBudgets "
+        "hold them) once evict_after_seconds have passed; the chart then grants pods list and "
+        "pods/eviction create",
+    )
+    evict_after_seconds: float = setting(
+        600.0,
+        doc="the grace period between the cordon and the evictions, for the jobs to checkpoint",
+        min=0,
+        max=30 * DAY,
+    )
+    gpu_resources: tuple[str, ...] = setting(
+        ("nvidia.com/gpu", "nvidia.com/mig-*"),
+        doc="the extended resources that make a pod one that uses the node's GPUs (names or globs)",
+        check=_check_resources,
+    )
+    domain_labels: dict[str, str] = setting(
+        default_factory=dict,
+        doc="failure domains from node labels: domain kind -> label key, e.g. "
+        "{zone: topology.kubernetes.io/zone}",
+        check=_check_labels,
+    )
+    timeout_seconds: float = setting(
+        30.0,
+        doc="an API request that lasts longer (or cannot connect) is tried once more, then fails the "
+        "reconcile",
+        min=1,
+        max=600,
+    )
+
+
 @dataclass(frozen=True)
 class FabricConfig:
     window_seconds: float = setting(
@@ -197,6 +270,7 @@ class RemediateConfig:
     budget: BudgetConfig = setting(default_factory=BudgetConfig, doc="the fleet budget")
     fabric: FabricConfig = setting(default_factory=FabricConfig, doc="--fabric's reading of analyze")
     slurm: SlurmConfig = setting(default_factory=SlurmConfig, doc="the Slurm backend")
+    kubernetes: KubernetesConfig = setting(default_factory=KubernetesConfig, doc="the Kubernetes backend")
 
 
 def load(path: str | Path | None) -> RemediateConfig:

@@ -39,6 +39,7 @@ from clusterhealth.fleet.remediate.backend import (
     BackendError,
     Lead,
     Order,
+    Tending,
 )
 from clusterhealth.fleet.remediate.config import RemediateConfig
 from clusterhealth.fleet.remediate.engine import Plan, Seen
@@ -161,6 +162,14 @@ class Remediator:
             self._count(order, OK)
             result.done.append(order)
             log.warning("%s %s: %s (%s)", _past(order.operation), order.node, order.reason, order.why)
+        if lead.leader and isinstance(self.backend, Tending):
+            try:
+                self.backend.tend(plan, now)
+            except BackendError as err:
+                self._finish(result, plan, ours, lead, began, ok=False)
+                result.code, result.problem = EXIT_UNTRUSTED, f"keeping our acts up failed: {err}"
+                self._trust.now({result.problem}, logging.ERROR)
+                return result
         self._trust.now(set())
         self._finish(result, plan, ours, lead, began, ok=True)
         acted = [o for o in result.done + result.would if o.operation != FORGET]
