@@ -39,10 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from clusterhealth.fleet.remediate.engine import Plan
+from typing import Protocol
 
 # What an act of ours ended with, in the ledger.
 RECOVERED = "recovered"  # we released it: its verdict was healthy for settle_seconds
@@ -186,12 +183,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Give up the lock or the Lease."""
         ...
-
-
-@runtime_checkable
-class Tending(Protocol):
-    """A backend that keeps its acts up between orders (Kubernetes: the heartbeat of its conditions
-    and the evictions that fall due). The reconcile calls ``tend`` after carrying out a plan, when
-    it acts (not dry-run) and leads; a backend without it needs nothing of the kind."""
-
-    def tend(self, plan: Plan, now: float) -> None: ...

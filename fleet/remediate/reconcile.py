@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
 from clusterhealth.fleet.remediate import engine, verdicts
@@ -39,7 +40,6 @@ from clusterhealth.fleet.remediate.backend import (
     BackendError,
     Lead,
     Order,
-    Tending,
 )
 from clusterhealth.fleet.remediate.config import RemediateConfig
 from clusterhealth.fleet.remediate.engine import Plan, Seen
@@ -49,6 +49,15 @@ log = logging.getLogger("clusterhealth.remediate")
 
 EXIT_DONE, EXIT_ACTED, EXIT_USAGE, EXIT_UNTRUSTED = 0, 1, 2, 3
 BACKENDS = ("slurm", "kubernetes")
+
+
+@runtime_checkable
+class Tending(Protocol):
+    """A backend that keeps its acts up between orders (Kubernetes: the heartbeat of its conditions
+    and the evictions that fall due). The reconcile calls ``tend`` after carrying out a plan, when
+    it acts (not dry-run) and leads; a backend without it needs nothing of the kind."""
+
+    def tend(self, plan: Plan, now: float) -> None: ...
 
 
 def open_backend(name: str, config: RemediateConfig, dry_run: bool) -> Backend:
