@@ -50,13 +50,16 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # loads) for the impact validation's all-reduce in the lab; Slurm's controller, node daemon and
 # client commands with munge for the real cluster of tests/slurm.py (setpriv, of util-linux, ties
 # its daemons' lives to the test run's); etcd for the real Kubernetes API of tests/kube.py, and Go
-# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package.
+# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package;
+# VictoriaMetrics (single node) and its vmalert, one package, which `analyze` and the rules are
+# checked against beside Prometheus.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
              mpirun:openmpi-bin slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client \
-             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev
+             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev \
+             victoria-metrics:victoria-metrics vmalert:victoria-metrics
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
         k8s-tools kube-apiserver dist wheels image install uninstall
