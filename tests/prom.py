@@ -343,9 +343,18 @@ class VMAlert(_Server):
     name = "vmalert"
     package = "victoria-metrics"
 
-    def __init__(self, tmp: Path, rules: Path, datasource: str, notifier: str, interval: str = "1s"):
+    def __init__(
+        self,
+        tmp: Path,
+        rules: Path,
+        datasource: str,
+        notifier: str,
+        interval: str = "1s",
+        flags: list[str] = (),  # type: ignore[assignment]
+    ):
         super().__init__(tmp)
         self.rules, self.datasource, self.notifier, self.interval = rules, datasource, notifier, interval
+        self.flags = list(flags)
 
     def argv(self) -> list[str]:
         return [
@@ -358,6 +367,7 @@ class VMAlert(_Server):
             f"-evaluationInterval={self.interval}",
             f"-httpListenAddr=127.0.0.1:{self.port}",
             "-loggerLevel=WARN",
+            *self.flags,
         ]
 
     def __enter__(self) -> VMAlert:
