@@ -136,13 +136,11 @@ def _serve(server: str, root: Path, data: Path, config: str) -> tuple[subprocess
     pytest.fail(f"prometheus did not become ready: {(root / f'{data.name}.log').read_text()[-2000:]}")
 
 
-def write_history(root: Path) -> Path:
-    """Every group's results as the agents would have exported them, ending a few minutes before
-    now (moved by SHIFT[0] rounds): the OpenMetrics document ``root / "data.om"`` and its blocks,
-    in the directory returned. tests/test_fabric_analyze_victoriametrics.py reads the same."""
+def write_history(root: Path, shift: int) -> Path:
+    """Every group's results as the agents would have exported them, moved by ``shift`` rounds:
+    the OpenMetrics document ``root / "data.om"`` and its blocks, in the directory returned.
+    tests/test_fabric_analyze_victoriametrics.py reads the same."""
     promtool = _tool("promtool")
-    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
-    SHIFT[:] = [shift]
     families: dict[str, list[str]] = {}
 
     def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
@@ -234,7 +232,9 @@ def write_history(root: Path) -> Path:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     server = _tool("prometheus")
     root = tmp_path_factory.mktemp("prometheus")
-    data = write_history(root)
+    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
+    SHIFT.append(shift)
+    data = write_history(root, shift)
     # The same blocks behind a remote store that refuses connections: Prometheus answers every
     # query with what it has and a warning; or, asking it for the jobs' series alone, only the
     # jobs' query.

@@ -47,7 +47,7 @@ from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, NoVerdict, Prometheus, Windows
 from tests.conftest import CLUSTERHEALTH
 from tests.prom import VictoriaMetrics, wait_for
-from tests.test_fabric_analyze_prometheus import LAST, PERIOD, SHIFT, _serve, _tool, write_history
+from tests.test_fabric_analyze_prometheus import LAST, PERIOD, _serve, _tool, write_history
 
 # Every group of the data, each with its own trap (tests/test_fabric_analyze_prometheus.py).
 PROBES = [
@@ -62,6 +62,7 @@ HELD_BACK = "10m"
 class Stores:
     prometheus: str
     victoria: str
+    shift: int  # how far the data was moved, in rounds (tests/test_fabric_analyze_prometheus.py)
     samples: int  # in the document both hold
     families: list[str]  # its metric families
 
@@ -69,7 +70,8 @@ class Stores:
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     root = tmp_path_factory.mktemp("stores")
-    data = write_history(root)
+    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
+    data = write_history(root, shift)
     document = (root / "data.om").read_text()
     samples = sum(1 for line in document.splitlines() if line and not line.startswith("#"))
     families = [line.split()[2] for line in document.splitlines() if line.startswith("# TYPE ")]
@@ -79,7 +81,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
         victoria.start()
         victoria.import_text(document)
         wait_for(lambda: _count(victoria.url, families) == samples, 60, "every sample imported", victoria.log)
-        yield Stores(prometheus, victoria.url, samples, families)
+        yield Stores(prometheus, victoria.url, shift, samples, families)
     finally:
         victoria.stop()
         process.terminate()
@@ -176,7 +178,7 @@ def test_a_sample_on_the_edge_between_two_windows_is_read_in_one_of_them(stores:
     # and a result seen first there is dated a window later than through VictoriaMetrics.
     assert Prometheus(stores.prometheus).holds_left_edge(time.time())
     assert not Prometheus(stores.victoria).holds_left_edge(time.time())
-    now = (LAST + SHIFT[0] + 2) * PERIOD - 8
+    now = (LAST + stores.shift + 2) * PERIOD - 8
     for step in (60.0, 45.0):
         for probe in ("hostfault", "pathfault", "noisefaults"):
             read = _verdict(stores.prometheus, probe, now, step)
@@ -197,7 +199,7 @@ H1 = 'clusterhealth_probe_round{instance="h1:9845",probe="hostfault"}'
 def test_victoriametrics_moves_a_long_range_query_onto_its_step_unless_asked_not_to(stores: Stores) -> None:
     # 60 windows of a minute over the data's last hour, ending at a time that is no multiple of a
     # minute.
-    end = (LAST + SHIFT[0] + 1) * PERIOD - 2.75
+    end = (LAST + stores.shift + 1) * PERIOD - 2.75
     promql = f"max_over_time({H1}[60s])"
     moved = _points(stores.victoria, promql, end - 59 * 60, end, 60)
     assert moved[0][0] % 60 == 0, "VictoriaMetrics' own grid"
@@ -206,13 +208,19 @@ def test_victoriametrics_moves_a_long_range_query_onto_its_step_unless_asked_not
     # The reader's windows are where it asked for them, whatever the store.
     windows = Windows(end, 60, 60).read(Prometheus(stores.victoria), promql)
     assert sorted(t for series in windows for t, _ in series["values"]) == [t for t, _ in asked]
+    # Narrower windows, asked a few at a time (per_query), each in one of three queries a minute
+    # apart: every window once.
+    narrow = Windows(end, 25, 13).read(Prometheus(stores.victoria), f"max_over_time({H1}[25s])", 5)
+    assert sorted(t for series in narrow for t, _ in series["values"]) == [
+        end - (12 - i) * 25 for i in range(13)
+    ]
 
 
 def test_the_rounds_victoriametrics_holds_back_are_read_as_prometheus_reads_them(stores: Stores) -> None:
     # Asked with a step under a minute, VictoriaMetrics answers its newest 10 minutes (here; 30 s at
     # its defaults) with the point before them: the round number stops changing.
     now = time.time()
-    last = (LAST + SHIFT[0] + 1) * PERIOD  # the data's end
+    last = (LAST + stores.shift + 1) * PERIOD  # the data's end
     asked = (f"max_over_time({H1}[30s])", last - 1200, now, 30)
     held = [v for t, v in _points(stores.victoria, *asked, nocache="1") if t > now - 600]
     assert len(held) >= 10 and len(set(held)) == 1, held
