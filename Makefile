@@ -53,14 +53,15 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # its daemons' lives to the test run's); etcd for the real Kubernetes API of tests/kube.py, and Go
 # with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package; chromium to
 # look at `clusterhealth report`'s page (driven by Playwright through the DevTools protocol,
-# tests/browser.py; no browser is downloaded).
+# tests/browser.py; no browser is downloaded); VictoriaMetrics (single node) and its vmalert, one
+# package, which `analyze` and the rules are checked against beside Prometheus.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
              mpirun:openmpi-bin slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client \
              munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev \
-             chromium:chromium
+             chromium:chromium victoria-metrics:victoria-metrics vmalert:victoria-metrics
 
 .PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-report bench-impact \
         generate k8s-tools kube-apiserver dist wheels image image-remediator install uninstall \

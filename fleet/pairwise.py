@@ -224,7 +224,7 @@ def read_history(
         match = f'probe="{probe}"'
         period = _period(prometheus, probe, match, selector, end, window)
         step = max(step if step is not None else window_width(period), 0.001)
-        windows = Windows(end, step, max(int(window // step), 1))
+        windows = Windows(end, step, max(int(window // step), 1), prometheus.holds_left_edge(end))
         w = windows.selector
         # A node exports a new partner's series every round, so the per-partner families hold about
         # N series per round of the window. Prometheus evaluates a range query at every step for

@@ -115,13 +115,11 @@ def _serve(server: str, root: Path, data: Path, config: str) -> tuple[subprocess
     pytest.fail(f"prometheus did not become ready: {(root / f'{data.name}.log').read_text()[-2000:]}")
 
 
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """The three Prometheus servers of the module's docstring, up until the generator is closed
-    (tests/conftest.py's session fixture ``fabric_store``)."""
-    promtool, server = tool("promtool"), tool("prometheus")
-    root = tmp_path_factory.mktemp("prometheus")
-    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
-    SHIFT.append(shift)
+def write_history(root: Path, shift: int) -> Path:
+    """Every group's results as the agents would have exported them, moved by ``shift`` rounds:
+    the OpenMetrics document ``root / "data.om"`` and its blocks, in the directory returned
+    (tests/test_fabric_analyze_victoriametrics.py imports the same document into VictoriaMetrics)."""
+    promtool = tool("promtool")
     families: dict[str, list[str]] = {}
 
     def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
@@ -210,6 +208,17 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         check=True,
         capture_output=True,
     )
+    return data
+
+
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """The three Prometheus servers of the module's docstring, up until the generator is closed
+    (tests/conftest.py's session fixture ``fabric_store``)."""
+    server = tool("prometheus")
+    root = tmp_path_factory.mktemp("prometheus")
+    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
+    SHIFT.append(shift)
+    data = write_history(root, shift)
     # The same blocks behind a remote store that refuses connections: Prometheus answers every
     # query with what it has and a warning; or, asking it for the jobs' series alone, only the
     # jobs' query.
