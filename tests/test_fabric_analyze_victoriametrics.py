@@ -46,8 +46,8 @@ from clusterhealth.fleet import analyze as analyzing
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, NoVerdict, Prometheus, Windows
 from tests.conftest import CLUSTERHEALTH
-from tests.prom import VictoriaMetrics, wait_for
 from tests.fabric_store import LAST, PERIOD, _serve, tool, write_history
+from tests.prom import VictoriaMetrics, wait_for
 
 # Every group of the data, each with its own trap (tests/fabric_store.py).
 PROBES = [
