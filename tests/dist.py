@@ -12,11 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT
 
 WHEELS = ROOT / "build" / "image" / "wheels"
 VERSION = (ROOT / "pyproject.toml").read_text().split('\nversion = "', 1)[1].split('"', 1)[0]
 _made: list[Path] = []
+# The modules that build from the clone (`make wheels`, `make dist`, `make image`, pip's in-tree
+# build of `make install`) write the same folders (build/, dist/, *.egg-info): one worker runs them
+# all, one after the other (tests/README.md).
+BUILDS_FROM_THE_CLONE = pytest.mark.xdist_group("builds-from-the-clone")
 
 
 def make(*args: str, timeout: float = 600, **kwargs: object) -> subprocess.CompletedProcess[str]:

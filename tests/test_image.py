@@ -29,9 +29,11 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, require_tool, samples
-from .dist import VERSION, make
+from .dist import BUILDS_FROM_THE_CLONE, VERSION, make
 from .node_root import BLOCKS, commands
 from .test_golden import GOLDEN_FILE, SPEC_GPU, comparable, golden_node
+
+pytestmark = [BUILDS_FROM_THE_CLONE, pytest.mark.slow]
 
 CACHE = Path(os.environ.get("CLUSTERHEALTH_TEST_CACHE", Path.home() / ".cache" / "clusterhealth-tests"))
 MIRROR = os.environ.get("CLUSTERHEALTH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -81,7 +83,8 @@ def _base_image() -> str:
     tarball = CACHE / f"bookworm-python3-{KEY}.tar"
     if not tarball.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = tarball.with_suffix(".partial.tar")
+        # Another clone's test run may be bootstrapping into the same cache at the same time.
+        partial = tarball.with_suffix(f".partial-{os.getpid()}.tar")
         _run([require_tool("mmdebstrap"), *BOOTSTRAP, str(partial), MIRROR])
         partial.rename(tarball)
     if _size(CACHE / "storage") > STORAGE_LIMIT_BYTES:

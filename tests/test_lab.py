@@ -33,6 +33,9 @@ from clusterhealth.checks.fabric.simulation import node_names as sim_nodes
 
 from .conftest import CLUSTERHEALTH, run_cli
 
+# Five rounds of 20 s on the clock: about 110 s, the longest module of the suite.
+pytestmark = pytest.mark.slow
+
 HOSTS, ROUNDS = 8, 5
 
 
