@@ -37,13 +37,14 @@ def make(*args: str, timeout: float = 600, **kwargs: object) -> subprocess.Compl
         **kwargs,  # type: ignore[arg-type]
     )
     assert result.returncode == 0, f"make {' '.join(args)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    if args and args[0] in ("wheels", "image"):  # `make image` makes the wheels first
+        _made[:] = [WHEELS]
     return result
 
 
 def wheelhouse() -> Path:
     if not _made:
         make("wheels")
-        _made.append(WHEELS)
     return _made[0]
 
 

@@ -5,8 +5,10 @@ bootstraps itself (no registry is reachable here), then the agent run inside the
   the slim images' dpkg path excludes) from the Debian mirror, imported into buildah.
 - The image is built by the README's own `make image IMAGE=...` command (its Install section),
   with three variables added for this machine: the bootstrapped base (`BASE=`), buildah's vfs
-  storage in the test cache and chroot isolation (what works without a container runtime). The
-  README's `buildah push` needs a registry, which the test machines do not have.
+  storage in the test cache and chroot isolation (what works without a container runtime); the
+  tests then use the image by the ID buildah wrote (`--iidfile`), not by the README's tag, which
+  another clone's test run may be building meanwhile in the same storage. The README's `buildah
+  push` needs a registry, which the test machines do not have.
 - Inside it, with `buildah run`: `clusterhealth scrape` on the golden node of tests/test_golden.py
   gives the golden exposition line for line, and `clusterhealth agent` serves /metrics and /healthz
   on loopback.
@@ -98,12 +100,17 @@ def _base_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The image the README's command built, by its ID: the tag is the README's, and another clone's
+    test run may be building another image under it in the same storage meanwhile."""
     base = _base_image()
     buildah = " ".join(_buildah())
+    iidfile = tmp_path_factory.mktemp("image") / "iid"
     assert MAKE_IMAGE.split()[:2] == ["make", "image"], MAKE_IMAGE
-    make(*MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", "BUILD_FLAGS=--isolation chroot")
-    return IMAGE
+    flags = f"BUILD_FLAGS=--isolation chroot --iidfile {iidfile}"
+    built = make(*MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", flags)
+    assert f"Successfully tagged {IMAGE}\n" in built.stdout, built.stdout[-3000:]
+    return iidfile.read_text().strip()
 
 
 @pytest.fixture(scope="module")
