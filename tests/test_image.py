@@ -3,12 +3,14 @@ bootstraps itself (no registry is reachable here), then the agent run inside the
 
 - The base is what Debian's own images are made from: `mmdebstrap` (bookworm, minbase, python3,
   the slim images' dpkg path excludes) from the Debian mirror, imported into buildah.
-- The image is built by the README's own `make image IMAGE=...` command (its Install section),
-  with three variables added for this machine: the bootstrapped base (`BASE=`), buildah's vfs
-  storage in the test cache and chroot isolation (what works without a container runtime); the
-  tests then use the image by the ID buildah wrote (`--iidfile`), not by the README's tag, which
-  another clone's test run may be building meanwhile in the same storage. The README's `buildah
-  push` needs a registry, which the test machines do not have.
+- The image is built by the README's own `make image IMAGE=...` command (its Install section), in
+  a copy of the clone (tests/dist.py's `source_copy`: the build folders are the copy's, so the other
+  packaging tests build in the clone meanwhile), with three variables added for this machine: the
+  bootstrapped base (`BASE=`), buildah's vfs storage in the test cache and chroot isolation (what
+  works without a container runtime). The tests then use the image by the ID buildah wrote
+  (`--iidfile`), not by the README's tag, which another clone's test run may be building meanwhile
+  in the same storage. The README's `buildah push` needs a registry, which the test machines do not
+  have.
 - Inside it, with `buildah run`: `clusterhealth scrape` on the golden node of tests/test_golden.py
   gives the golden exposition line for line, and `clusterhealth agent` serves /metrics and /healthz
   on loopback.
@@ -31,11 +33,11 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, require_tool, samples
-from .dist import BUILDS_FROM_THE_CLONE, VERSION, make
+from .dist import VERSION, make, source_copy
 from .node_root import BLOCKS, commands
 from .test_golden import GOLDEN_FILE, SPEC_GPU, comparable, golden_node
 
-pytestmark = [BUILDS_FROM_THE_CLONE, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 CACHE = Path(os.environ.get("CLUSTERHEALTH_TEST_CACHE", Path.home() / ".cache" / "clusterhealth-tests"))
 MIRROR = os.environ.get("CLUSTERHEALTH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -106,9 +108,12 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     base = _base_image()
     buildah = " ".join(_buildah())
     iidfile = tmp_path_factory.mktemp("image") / "iid"
+    clone, env = source_copy(tmp_path_factory.mktemp("clone"))
     assert MAKE_IMAGE.split()[:2] == ["make", "image"], MAKE_IMAGE
     flags = f"BUILD_FLAGS=--isolation chroot --iidfile {iidfile}"
-    built = make(*MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", flags)
+    built = make(
+        *MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", flags, directory=clone, env=env
+    )
     assert f"Successfully tagged {IMAGE}\n" in built.stdout, built.stdout[-3000:]
     return iidfile.read_text().strip()
 
