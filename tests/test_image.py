@@ -22,6 +22,7 @@ and a half longer. Delete the folder to start afresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -79,7 +80,14 @@ def _run(argv: list[str], timeout: float = 600, **kwargs: object) -> subprocess.
 
 
 def _size(path: Path) -> int:
-    return sum(p.lstat().st_size for p in path.rglob("*")) if path.exists() else 0
+    """Bytes of the files under path; a file another clone's test run removes meanwhile (the cache
+    is shared) counts nothing."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _base_image() -> str:
@@ -91,8 +99,11 @@ def _base_image() -> str:
         partial = tarball.with_suffix(f".partial-{os.getpid()}.tar")
         _run([require_tool("mmdebstrap"), *BOOTSTRAP, str(partial), MIRROR])
         partial.rename(tarball)
-    if _size(CACHE / "storage") > STORAGE_LIMIT_BYTES:
-        subprocess.run([*_buildah(), "rmi", "--all", "--force"], capture_output=True, check=False)
+    # The images no tag names any more first (earlier builds): `rmi --all --force` also takes the
+    # images and containers another clone's test run is using, so it is the last resort.
+    for emptying in (["--prune"], ["--all", "--force"]):
+        if _size(CACHE / "storage") > STORAGE_LIMIT_BYTES:
+            subprocess.run([*_buildah(), "rmi", *emptying], capture_output=True, check=False)
     known = subprocess.run([*_buildah(), "inspect", "--type", "image", BASE], capture_output=True)
     if known.returncode != 0:
         container = _run([*_buildah(), "from", "scratch"]).stdout.strip()
