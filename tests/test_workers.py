@@ -32,7 +32,7 @@ def test_a_module_sharing_a_fixture_and_the_builds_from_the_clone_each_run_on_on
 ) -> None:
     lines = _pytest(
         tmp_path,
-        *("-n", "3", "-v", "tests/test_sysfs.py", "tests/test_packaging.py"),
+        *("-n", "2", "-v", "tests/test_sysfs.py", "tests/test_packaging.py"),
         *("-k", "fifo or version_lives or every_source_folder"),
     )
     ran = [m.groups() for m in (re.match(r"\[(gw\d+)\] .*PASSED (\S+)", line) for line in lines) if m]
