@@ -9,6 +9,9 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # CHANGELOG follow it (tests/test_packaging.py checks them).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 LISTEN ?= 127.0.0.1:9845
+# pytest-xdist workers for `make test`: the suite mostly waits (on Prometheus, agents, rounds on the
+# clock, subprocesses), so more workers than cores pay; tests/README.md has the measurements.
+TEST_WORKERS ?= 4
 
 # `make image`: the container image (Containerfile), built with buildah from wheels made here.
 # IMAGE names it (put your registry in front); BASE is a Debian bookworm userland. BUILDAH and
@@ -146,7 +149,7 @@ uninstall:
 test: venv sysdeps lint unit
 
 unit: venv sysdeps k8s-tools kube-apiserver
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: venv typecheck
 	$(BIN)/ruff check .

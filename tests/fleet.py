@@ -43,6 +43,7 @@ DEBUG_INFO = FIXTURES / "nccl-tests" / "nccl-debug-info"
 NCCL_SOCKETS_INFO = DEBUG_INFO / "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"
 IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
 PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
+PAIRWISE_PERIOD = 12
 PAGE_WAIT, TICKET_WAIT = "2s", "6s"
 FAST_COLLECTORS = {
     "gpu": {"interval_seconds": 1},
@@ -98,7 +99,7 @@ def _pairwise_group(ports: tuple[int, int]) -> dict[str, Any]:
     return {
         "name": "pairs",
         "members": PAIRWISE_MEMBERS,
-        "period_seconds": 12,
+        "period_seconds": PAIRWISE_PERIOD,
         "port": ports[0],
         "confirm_port": ports[1],
         "timeout_seconds": 2.5,

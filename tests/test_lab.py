@@ -42,6 +42,9 @@ from clusterhealth.fleet.lab import LabSpec, minimum_period
 from .browser import Browser, matrix, ratios
 from .conftest import CLUSTERHEALTH, run_cli
 
+# Five rounds of 20 s on the clock: about 110 s, the longest module of the suite.
+pytestmark = pytest.mark.slow
+
 HOSTS, ROUNDS = 8, 5
 
 

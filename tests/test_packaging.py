@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from .conftest import ROOT
-from .dist import VERSION, make, project_wheel, wheelhouse
+from .dist import BUILDS_FROM_THE_CLONE, VERSION, make, project_wheel, wheelhouse
+
+pytestmark = BUILDS_FROM_THE_CLONE
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
 

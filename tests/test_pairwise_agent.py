@@ -12,6 +12,7 @@ constructor argument of GroupRounds).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,6 +36,9 @@ from clusterhealth.checks.probes.families import ProbeFamilies
 from clusterhealth.checks.probes.pipeline import Judge, Launch, Pipeline
 
 from .conftest import CLUSTERHEALTH, AgentProcess, require_tool, run_cli, samples, value
+
+# The module's fleet waits three 12 s rounds; its tests then add rounds of their own.
+pytestmark = pytest.mark.slow
 
 PERIOD = 12.0
 # iperf3 paced to 200 Mbit/s for one second: cheap on two cores, far from the configured expectation's
@@ -220,13 +224,36 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         lock.release()
 
 
+# Why a slot of two healthy agents may be sat out on a loaded machine: it started too late, or the
+# partner's server was not up in time.
+LATE = r"the slot started [\d.]+ s ago, too late|partner [ab] absent: "
+
+
+def _when_met(agent: AgentProcess, probe: str) -> str:
+    """The agent's exposition in a round whose meeting took place (it shows the partner's series)."""
+    seen: list[str] = []
+
+    def met() -> bool:
+        seen[:] = [agent.metrics()]
+        return "clusterhealth_probe_peer_success" in peer_series(seen[0], probe)
+
+    agent.wait_for(met, 4 * PERIOD, "a round whose meeting took place")
+    return seen[0]
+
+
 def test_two_agents_meet_and_export_the_fabric_series(fleet: Fleet) -> None:
     for node, partner in (("a", "b"), ("b", "a")):
         agent = fleet.agents[node]
-        text = agent.metrics()
+        # A loaded machine may sit a slot out (one that started too late, a partner's server not up
+        # in time): the current round's series are read from a round whose meeting took place.
+        text = _when_met(agent, "healthy")
         assert value(text, "clusterhealth_node_info", node=node) == 1.0
-        assert runs(agent, "healthy")["ok"] >= 2, agent.log()
-        assert sum(runs(agent, "healthy").values()) == runs(agent, "healthy")["ok"]
+        counted = runs(agent, "healthy")
+        assert counted["ok"] >= 2, agent.log()
+        # Sat out at worst, for want of time alone, never misjudged.
+        assert counted["failed"] + counted["degraded"] + counted["timeout"] == 0, agent.log()
+        skips = re.findall(r"pairwise group healthy round \d+: .*?: skipped: (.*) \(", agent.log())
+        assert all(re.match(LATE, why) for why in skips), skips
         # The round number is the wall clock's; the result exported is this round's, with this
         # round's partner: one peer at a time.
         exported = value(text, "clusterhealth_probe_round", probe="healthy")

@@ -6,9 +6,11 @@ runner must reap what it starts, however the run ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -292,6 +294,41 @@ def test_runs_in_parallel_threads_do_not_mix() -> None:
         t.join()
     for n, result in results.items():
         assert result.stdout == f"{n}\n" * 2000
+
+
+# -- stop_all ---------------------------------------------------------------------------------
+
+# A probe that shrugs SIGTERM off, run on a thread of its own, and stop_all() called from the main
+# thread as the agent's shutdown calls it, then the process exits as the agent does. In a process of
+# its own: stop_all() leaves the runner stopped for good.
+_STOP_ALL = """
+import os, sys, threading, time
+from clusterhealth.checks.probes import runner
+pidfile = sys.argv[1]
+results = []
+argv = ["sh", "-c", f"trap '' TERM; echo $$ > {pidfile}; while :; do sleep 0.1; done"]
+probe = lambda: results.append(runner.run(argv, timeout=60, kill_grace=1))
+threading.Thread(target=probe, daemon=True).start()
+while not os.path.exists(pidfile) or not open(pidfile).read().strip():
+    time.sleep(0.05)
+runner.stop_all()
+print(results[0].cancelled if results else "still running")
+"""
+
+
+def test_stop_all_returns_once_the_runs_in_progress_have_ended(tmp_path: Path) -> None:
+    # The agent exits right after stop_all(), and its threads with it: a probe whose supervisor had
+    # not had the time to signal it (a loaded machine) would outlive the agent, holding its port.
+    pidfile = tmp_path / "pid"
+    try:
+        done = subprocess.run([PY, "-c", _STOP_ALL, str(pidfile)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "True", "stop_all() returned before the run ended"
+        assert dead(int(pidfile.read_text()))
+    finally:
+        if pidfile.exists() and pidfile.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
 
 
 # -- template ---------------------------------------------------------------------------------
