@@ -152,7 +152,8 @@ class Schedule:
         self.seed = seed
         self.members: tuple[str, ...] = tuple(sorted(listed))
         # The shuffled circle; None is the placeholder that gives N odd a sit-out.
-        self._order = tuple(_padded(sorted(self.members, key=lambda n: _digest(seed, "order", n))))
+        shuffled = sorted(self.members, key=lambda n: _digest(seed, "order", n))
+        self._order = tuple(_padded(shuffled))
         self._index = {n: i for i, n in enumerate(self._order) if n is not None}
         self._bit = {n: _digest(seed, "role", n)[0] & 1 for n in self.members}
         # Rounds after which every pair has met once (0 for a group of one: nobody ever meets).
@@ -163,12 +164,11 @@ class Schedule:
         if placed and all(placed.values()) and len(set(placed.values())) >= 2:
             self.leaf_of = {n: leaf for n, leaf in placed.items() if leaf}
             by_leaf: dict[str, list[str]] = {}
-            for node in sorted(self.members, key=lambda n: _digest(seed, "order", n)):
+            for node in shuffled:
                 by_leaf.setdefault(self.leaf_of[node], []).append(node)
             self.leaves = {leaf: tuple(nodes) for leaf, nodes in by_leaf.items()}
-            self._leaf_order = tuple(
-                _padded(sorted(self.leaves, key=lambda leaf: _digest(seed, "leaf", leaf)))
-            )
+            leaf_order = sorted(self.leaves, key=lambda leaf: _digest(seed, "leaf", leaf))
+            self._leaf_order = tuple(_padded(leaf_order))
             self._largest = max(len(nodes) for nodes in self.leaves.values())
             self.cycle = 2 * self._largest * (len(self._leaf_order) - 1)
             self._cache: dict[int, dict[str, Pair]] = {}
@@ -257,12 +257,13 @@ class Schedule:
                     left.extend(self.leaves[x if x is not None else y])  # type: ignore[index]
                     continue
                 small, large = sorted((self.leaves[x], self.leaves[y]), key=len)
-                b = len(large)
+                size = len(large)
                 matched = set()
                 for i, node in enumerate(small):
-                    other = large[(i + times) % b]
+                    other = large[(i + times) % size]
                     matched.add(other)
-                    pairs.append(self._pair(node, other, times // b))
+                    # Two members meet once every `size` pairings of their leaves.
+                    pairs.append(self._pair(node, other, times // size))
                 left.extend(n for n in large if n not in matched)
         # The ones left over meet each other, in an order seeded by the round.
         left.sort(key=lambda n: _digest(self.seed, "left", str(round), n))
