@@ -421,7 +421,8 @@ def _leaf_suspects(
     A leaf's *crossing* meetings (one end in the leaf, the other on another known leaf) are taken
     round by round; a round *cuts the leaf off* when more of them fell short than not, with at
     least two of its members. The latest run of such rounds (a round whose crossing meetings were
-    mostly fine ends it) names the leaf when its members fell short with at least
+    at least half fine ends it; one with a single member short and nothing fine neither cuts nor
+    ends) names the leaf when its members fell short with at least
     ``leaf_others`` other leaves that were clean (mostly fine with the leaves but this one) and
     its meetings inside, in the run's rounds and the round either side, say which: mostly fine,
     the **uplink** (fine with each other, short with every other leaf); mostly short, the
@@ -459,24 +460,72 @@ def _leaf_suspects(
         cut_before = False
         for r in sorted(by_round):
             short = [m for m in by_round[r] if m.short]
+            fine = len(by_round[r]) - len(short)
             ends = {m.a if leaf_of[m.a] == leaf else m.b for m in short}
-            if len(short) > len(by_round[r]) - len(short) and len(ends) >= 2:
+            if len(short) > fine and len(ends) >= 2:
                 if not cut_before:
                     runs.append([])
                 runs[-1].append(r)
                 cut_before = True
-            else:
+            elif fine >= len(short):
                 cut_before = False
+            # else one member short across and nothing fine: says nothing about the leaf (a
+            # leftover's meeting in a round inside the leaves), neither cuts nor ends a run.
+        # The latest run is ongoing unless a round at least half fine came after it.
         found = [
             _place(leaf, run, by_round, inside[leaf], leaf_of, members[leaf], rules, clean) for run in runs
         ]
+        for suspect in found[:-1]:
+            if suspect is not None:
+                suspect.evidence["ongoing"] = False
+        if found and found[-1] is not None:
+            found[-1].evidence["ongoing"] = cut_before
         naming = [s for s in found if s is not None and "why_unconfirmed" not in s.evidence]
-        latest = max(by_round)
         if naming:
             named.append(naming[-1])
-        elif found and found[-1] is not None and runs[-1][-1] == latest:
+        elif found and found[-1] is not None and cut_before:
             leaning.append(found[-1])
+    decided = {s.leaf for s in (*named, *leaning)}
+    for leaf, ms in inside.items():
+        if leaf not in decided and (held := _short_inside(leaf, ms, crossing[leaf], members[leaf])):
+            leaning.append(held)
     return named, leaning
+
+
+def _short_inside(
+    leaf: str, inside: list[Meeting], crossing: list[Meeting], members: list[str]
+) -> Suspect | None:
+    """A leaf whose latest round inside was mostly short, with two pairs or more, and that has not
+    been fine across since: the start of a bad leaf, before its members meet other leaves (the
+    leaf the circle leaves out when the number of leaves is odd meets itself in that round)."""
+    latest = max(m.round for m in inside)
+    now = [m for m in inside if m.round == latest]
+    short = [m for m in now if m.short]
+    if len({(m.a, m.b) for m in short}) < 2 or len(short) * 2 <= len(now):
+        return None
+    after = [m for m in crossing if m.round >= latest]
+    if after and sum(not m.short for m in after) * 2 >= len(after):
+        return None
+    ratio = _median_ratio(short) or 0.0
+    evidence: dict[str, Any] = {
+        "leaf": leaf,
+        "meetings": [_meeting_evidence(m, m.a) | {"node": m.a} for m in short],
+        "short_with": [],
+        "inside": {
+            "fine": len(now) - len(short),
+            "short": len(short),
+            "median_ratio": _round(_median_ratio(now)),
+        },
+        "members_short": sorted({n for m in short for n in (m.a, m.b)}, key=topology.natural),
+        "rounds": [latest],
+        "first_seen": _time(min(m.first_seen for m in short)),
+        "last_seen": _time(max(m.last_seen for m in short)),
+        "ongoing": True,
+        "median_ratio": _round(ratio),
+        "why_unconfirmed": "short inside, not met across since: the leaf itself, or its hosts",
+        "explains": list(members),
+    }
+    return Suspect("leaf", tuple(members), evidence, ratio, leaf=leaf)
 
 
 def _place(
@@ -521,7 +570,7 @@ def _place(
         "rounds": run,
         "first_seen": _time(min(m.first_seen for m in short)),
         "last_seen": _time(max(m.last_seen for m in short)),
-        "ongoing": run[-1] == max(by_round),
+        "ongoing": True,  # decided by the caller, who sees the rounds after
     }
     if inside_fine > len(inside_short):
         kind, ratio_of = "uplink", short

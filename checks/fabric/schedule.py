@@ -184,6 +184,10 @@ class Schedule:
         """Pairs inside and across leaves (every member placed on one of two or more leaves)."""
         return bool(self.leaves)
 
+    def across(self, a: str, b: str) -> bool:
+        """Whether a meeting of ``a`` and ``b`` crosses leaves (False in a flat group)."""
+        return bool(self.leaves) and self.leaf_of.get(a) != self.leaf_of.get(b)
+
     @staticmethod
     def inside_leaves(round: int) -> bool:
         """Whether ``round`` pairs inside the leaves (by leaf) rather than across them."""
@@ -423,6 +427,14 @@ def confirming(
         if before is None or not before.short:
             continue  # fine, skipped or sat out
         if before.partner is None or before.role is None or before.partner not in schedule:
+            continue
+        if (
+            schedule.by_leaf
+            and schedule.across(node, before.partner)
+            and not schedule.across(node, now.partner)
+        ):
+            # Short across the leaves: replayed once this end has been fine across them, so that
+            # its own uplink is not what a second shortfall would show.
             continue
         # Not confirmed yet: no confirming slot since measured this pair.
         if any(
