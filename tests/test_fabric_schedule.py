@@ -427,3 +427,27 @@ def test_by_leaf_a_leaf_of_32_meets_itself_every_other_round_where_the_flat_circ
         if (p := by_leaf.partner(n, r))
     }
     assert len(across - {"leaf7"}) == 3, "a different leaf in each round across"
+
+
+def test_by_leaf_a_short_meeting_across_is_confirmed_once_the_end_was_fine_across() -> None:
+    # Short across in round r: fine inside the leaf in r + 1 says nothing about the end's uplink,
+    # which a second shortfall would then show; fine across in r + 2 does, and the pair replays.
+    leaves = {f"h{i}": f"leaf{i // 4}" for i in range(16)}
+    schedule = Schedule(leaves, "g", leaves)
+    r = 41  # across
+    pair = schedule.partner("h0", r)
+    assert pair is not None and schedule.across("h0", pair.other("h0"))
+    history = _history(schedule, "h0", {r: True, r + 1: False, r + 2: False})
+    assert not schedule.across("h0", history[r + 1].partner or "") and schedule.across(
+        "h0", history[r + 2].partner or ""
+    )
+    assert confirming(schedule, "h0", r + 1, history) is None
+    plan = confirming(schedule, "h0", r + 2, history)
+    assert plan is not None and plan.partner == pair.other("h0") and plan.why == f"confirms round {r}"
+    # Short inside the leaf: confirmed as soon as the end was fine, here across, in r + 1.
+    inside = _history(schedule, "h0", {r - 1: True, r: False})
+    assert not schedule.across("h0", inside[r - 1].partner or "")
+    assert confirming(schedule, "h0", r, inside) is not None
+    # A flat group confirms in the next round whatever the leaves.
+    flat = Schedule(leaves, "g")
+    assert confirming(flat, "h0", r + 1, _history(flat, "h0", {r: True, r + 1: False})) is not None

@@ -422,8 +422,9 @@ def _leaf_suspects(
     round by round; a round *cuts the leaf off* when more of them fell short than not, with at
     least two of its members. The latest run of such rounds (a round whose crossing meetings were
     at least half fine ends it; one with a single member short and nothing fine neither cuts nor
-    ends) names the leaf when its members fell short with at least
-    ``leaf_others`` other leaves that were clean (mostly fine with the leaves but this one) and
+    ends) names the leaf when its members fell short with at least ``leaf_others`` other leaves
+    that were clean then (mostly fine with the leaves but this one, in the run's rounds and two
+    either side) and
     its meetings inside, in the run's rounds and the round either side, say which: mostly fine,
     the **uplink** (fine with each other, short with every other leaf); mostly short, the
     **leaf** itself (short with each other and with the rest).
@@ -442,9 +443,16 @@ def _leaf_suspects(
             crossing[la].append(m)
             crossing[lb].append(m)
 
-    def clean(leaf: str, apart_from: str) -> bool:
-        """More fine crossing meetings than short ones with the leaves other than ``apart_from``."""
-        ms = [m for m in crossing[leaf] if apart_from not in (leaf_of[m.a], leaf_of[m.b])]
+    def clean(leaf: str, apart_from: str, rounds: list[int]) -> bool:
+        """More fine crossing meetings than short ones with the leaves other than ``apart_from``,
+        in ``rounds`` and the two rounds either side: a leaf that was bad then is not clean, however
+        fine it was before."""
+        ms = [
+            m
+            for m in crossing[leaf]
+            if rounds[0] - _AROUND <= m.round <= rounds[-1] + _AROUND
+            and apart_from not in (leaf_of[m.a], leaf_of[m.b])
+        ]
         fine = sum(not m.short for m in ms)
         return fine > len(ms) - fine
 
@@ -536,7 +544,7 @@ def _place(
     leaf_of: Mapping[str, str],
     members: list[str],
     rules: Rules,
-    clean: Callable[[str, str], bool],
+    clean: Callable[[str, str, list[int]], bool],
 ) -> Suspect | None:
     """The verdict on one run of rounds in which ``leaf`` was cut off (see ``_leaf_suspects``)."""
     short = [m for r in run for m in by_round[r] if m.short]
@@ -544,7 +552,7 @@ def _place(
     for m in short:
         other = leaf_of[m.b] if leaf_of[m.a] == leaf else leaf_of[m.a]
         by_leaf.setdefault(other, []).append(m)
-    others = [other for other in by_leaf if clean(other, leaf)]
+    others = [other for other in by_leaf if clean(other, leaf, run)]
     near = [m for m in inside if run[0] - 1 <= m.round <= run[-1] + 1]
     inside_short = [m for m in near if m.short]
     inside_fine = len(near) - len(inside_short)
