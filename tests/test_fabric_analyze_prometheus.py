@@ -38,7 +38,9 @@ from pathlib import Path
 
 import pytest
 
+from clusterhealth.checks.fabric import analysis, topology
 from clusterhealth.checks.fabric import simulation as sim
+from clusterhealth.checks.fabric.topology import Placement
 from clusterhealth.fleet import analyze as analyzing
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, Prometheus
@@ -80,15 +82,22 @@ def _group(
     first: int = BASE,
     n: int = N,
     seed: str | None = None,
+    leaves: dict[str, str] | None = None,
+    bad_uplinks: dict[str, float] | None = None,
+    bad_leaves: dict[str, float] | None = None,
     **noise: float,
 ) -> list[sim.Round]:
-    fleet = sim.Fleet(sim.node_names(n), seed=seed or probe, period=PERIOD, **{"p_busy": 0.0, **noise})
+    fleet = sim.Fleet(
+        sim.node_names(n), seed=seed or probe, period=PERIOD, leaves=leaves or {}, **{"p_busy": 0.0, **noise}
+    )
     group = sim.Group(fleet, random.Random(3))
     rounds = []
     for r in range(first, LAST + 1):
         if r == fault_from:
             fleet.bad_hosts.update(bad_hosts or {})
             fleet.bad_paths.update(bad_paths or {})
+            fleet.bad_uplinks.update(bad_uplinks or {})
+            fleet.bad_leaves.update(bad_leaves or {})
         rounds.append(group.play(r))
     PLAYED.setdefault(probe, rounds)
     return rounds
@@ -142,7 +151,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     SHIFT.append(shift)
     families: dict[str, list[str]] = {}
 
-    def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
+    def add(
+        probe: str,
+        rounds: list[sim.Round],
+        n: int = N,
+        node_info: bool = True,
+        leaves: dict[str, str] | None = None,
+    ) -> dict[str, list[str]]:
         part = sim.exposition_history(
             probe,
             sim.shifted(rounds, shift),
@@ -150,6 +165,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
             sim.node_names(n),
             scrape_interval=SCRAPE,
             node_info=node_info,
+            leaves=leaves,
         )
         for name, lines in part.items():
             families.setdefault(name, []).extend(lines)
@@ -216,6 +232,36 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     bad_path = {sim.path("h2", partner.other("h2")): 0.5}
     faults = _group("noisefaults", LAST - 8, {"h3": 0.5}, bad_path, n=NOISY, seed="noise", **noise)
     add("noisefaults", faults, NOISY)
+    # The tree: 8 leaves of 8 with the same noise, from LAST - 8 on leaf3's uplink at half and a bad
+    # host on leaf6 (treeuplink), or leaf5 itself at half and a bad path inside leaf2 (treeleaf).
+    tree = {"p_short": 0.02, "p_busy": 0.05}
+    add(
+        "treeuplink",
+        _group("treeuplink", LAST - 8, {"h45": 0.5}, n=64, leaves=TREE, bad_uplinks={"leaf3": 0.5}, **tree),
+        64,
+        leaves=TREE,
+    )
+    inside = sim.Group(sim.Fleet(sim.node_names(64), seed="treeleaf", leaves=TREE), random.Random(0)).schedule
+    at = next(r for r in (LAST - 7, LAST - 6) if inside.inside_leaves(r))
+    partner = inside.partner("h9", at)  # a round inside the leaves: h9's partner is on leaf2
+    assert partner is not None and TREE[partner.other("h9")] == "leaf2"
+    TREE_PATH.append(sim.path("h9", partner.other("h9")))
+    add(
+        "treeleaf",
+        _group(
+            "treeleaf",
+            LAST - 8,
+            bad_paths={TREE_PATH[0]: 0.5},
+            n=64,
+            leaves=TREE,
+            bad_leaves={"leaf5": 0.5},
+            **tree,
+        ),
+        64,
+        leaves=TREE,
+    )
+    # Where NVML names an NVLink domain: the tree's nodes in racks of 16 (two leaves a rack).
+    families[GPU_INFO] = list(_gpu_info(shift))
     source = root / "data.om"
     source.write_text(sim.openmetrics(families))
     data = root / "tsdb"
@@ -247,6 +293,28 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         for process, _ in served:
             process.terminate()
             process.wait(timeout=30)
+
+
+TREE = sim.tree(8, 8)
+TREE_PATH: list[frozenset[str]] = []  # the bad path of treeleaf, once chosen
+GPU_INFO = "clusterhealth_gpu_info"
+
+
+def _gpu_info(shift: int) -> Iterator[str]:
+    """clusterhealth_gpu_info of the tree's nodes, eight GPUs each, with the rack-scale labels."""
+    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 1 + shift) * PERIOD
+    for i, node in enumerate(TREE):
+        chassis = f"rack-{i // 16 + 1}"
+        for gpu in range(8):
+            target = f'instance="{node}:9845",job="clusterhealth"'
+            labels = (
+                f'chassis_serial="{chassis}",gpu="{gpu}",name="NVIDIA GB200",slot="{i % 16}",'
+                f'tray="{i % 16}",uuid="GPU-{node}-{gpu}"'
+            )
+            t = start + 7
+            while t < end:
+                yield f"{GPU_INFO}{{{target},{labels}}} 1 {t:.3f}"
+                t += SCRAPE
 
 
 JOB_INFO = "clusterhealth_gpu_job_info"
@@ -436,6 +504,55 @@ def test_the_same_noise_with_a_bad_host_and_a_confirmed_path_names_exactly_those
     host = next(s for s in result["suspects"] if s["kind"] == "host")
     assert 0.45 <= host["evidence"]["median_ratio"] <= 0.55
     assert result["fleet"]["slowdown"] is False
+
+
+def _in_process(probe: str) -> set[tuple[str, str]]:
+    """The verdict on a group's played rounds, analysed without Prometheus."""
+    meetings = analysis.merge(sim.reports(PLAYED[probe], PERIOD))
+    judged = analysis.analyze(probe, meetings, window_seconds=COUNT * PERIOD, leaves=TREE)
+    return {(s.kind, s.name) for s in judged.suspects}
+
+
+def test_a_bad_uplink_and_a_bad_host_in_the_tree_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeuplink")
+    assert code == 1
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("uplink", "leaf3"), ("host", "h45")} == _in_process("treeuplink")
+    assert _unconfirmed_singles(PLAYED["treeuplink"]) >= 5, "the store's lookback would make paths of them"
+    assert result["meetings"] == _played("treeuplink")
+    uplink = next(s for s in result["suspects"] if s["kind"] == "uplink")
+    assert uplink["hosts"] == [f"h{i}" for i in range(17, 25)] == result["leaves"]["leaf3"]
+    assert set(result["leaves"]) == {f"leaf{i}" for i in range(1, 9)}
+    evidence = uplink["evidence"]
+    assert 0.45 <= evidence["median_ratio"] <= 0.55 and evidence["ongoing"]
+    assert evidence["inside"]["fine"] > evidence["inside"]["short"]
+    assert 0.45 <= uplink["impact"]["bandwidth_ratio"] <= 0.55
+    table = _analyze("--prometheus", prometheus, "--probe", "treeuplink", "--window", "2h").stdout
+    row = next(line for line in table.splitlines() if line.startswith("leaf3 "))
+    assert row.split()[1] == "uplink" and "8 hosts (h17, h18, ...): fine inside" in row
+
+
+def test_a_bad_leaf_and_a_path_inside_another_leaf_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeleaf")
+    assert code == 1
+    path = "<->".join(sorted(TREE_PATH[0]))
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("leaf", "leaf5"), ("path", path)} == _in_process("treeleaf")
+    leaf = next(s for s in result["suspects"] if s["kind"] == "leaf")
+    assert leaf["evidence"]["inside"]["short"] > leaf["evidence"]["inside"]["fine"]
+
+
+def test_the_places_are_read_back_with_the_nvlink_domain(prometheus: str) -> None:
+    history = pairwise.read_history(Prometheus(prometheus), "treeuplink", 7200)
+    assert history.placement["h1"] == Placement(leaf="leaf1", nvlink_domain="rack-1")
+    assert history.placement["h64"] == Placement(leaf="leaf8", nvlink_domain="rack-4")
+    assert len(history.placement) == 64
+    order = topology.ordered(sorted(history.nodes), history.placement)
+    assert order[:9] == [f"h{i}" for i in range(1, 10)], "by leaf, then h2 before h10"
+    # A group without places (the same first 64 nodes and more): their NVLink domains, no leaf.
+    flat = pairwise.read_history(Prometheus(prometheus), "noise", 7200)
+    assert flat.placement["h1"] == Placement(nvlink_domain="rack-1") and "h65" not in flat.placement
+    assert pairwise.judge(flat).leaves == {}
 
 
 def test_an_answer_with_warnings_gives_no_confident_verdict(servers: Servers) -> None:
