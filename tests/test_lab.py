@@ -9,9 +9,9 @@ another leaf. Each is named as its kind within the schedule's bound (4 rounds on
 must name exactly its culprit (the path as a path, never as one of its hosts; nobody in the healthy
 lab), a host at half speed with a ratio of about 0.5 and no fleet-wide slowdown, priced as such: a
 bandwidth-bound all-reduce through it takes twice as long (the lab's links are slow enough that
-the stated job's step is all communication, so its step takes twice as long too). Meanwhile two more labs check the clean-up: one
-interrupted with Ctrl-C although started with SIGINT ignored (as from a background job), one whose
-Prometheus fails to start.
+the stated job's step is all communication, so its step takes twice as long too). Meanwhile two
+more labs check the clean-up: one interrupted with Ctrl-C although started with SIGINT ignored (as
+from a background job), one whose Prometheus fails to start.
 """
 
 from __future__ import annotations
