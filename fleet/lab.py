@@ -123,10 +123,9 @@ class LabSpec:
 
     def clear_of_faults(self, host: str) -> bool:
         """Whether a host is away from the degraded host, leaf and uplink (a path may use it)."""
-        return host != self.degrade_host and self.leaf_of(host) not in (
-            self.degrade_leaf,
-            self.degrade_uplink,
-        )
+        leaf = self.leaf_of(host)
+        degraded = (self.degrade_leaf, self.degrade_uplink)
+        return host != self.degrade_host and (leaf is None or leaf not in degraded)
 
     def problem(self) -> str | None:
         """None when the lab can be built as asked; otherwise what was expected."""
@@ -158,7 +157,7 @@ class LabSpec:
             a, b = self.degrade_path
             if a not in names or b not in names or a == b:
                 return f"--degrade-path: expected two different hosts among h1..h{self.hosts}, as hA-hB"
-            if not (self.clear_of_faults(a) and self.clear_of_faults(b)) and self.leaves > 1:
+            if not (self.clear_of_faults(a) and self.clear_of_faults(b)):
                 return "--degrade-path: expected two hosts away from the degraded host, leaf or uplink"
         if not 1 <= self.rate_mbit <= 10_000:
             return "--rate: expected 1 to 10000 Mbit/s"
