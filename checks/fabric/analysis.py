@@ -373,7 +373,10 @@ def analyze(
     for place in [*places, *leaning_places]:
         explained = set(place.evidence.pop("explains"))
         members = set(place.hosts)
-        inside = 1 if place.kind == "uplink" else None  # ends inside the leaf of a path it explains
+        if place in leaning_places:
+            explained = members  # not told apart yet: it may be the leaf
+        # Ends inside the leaf of a path it explains: any, but for a named uplink, one.
+        inside = 1 if place.kind == "uplink" and place in places else None
         held = [h for n, h in hosts.items() if n in explained] + [
             p for p in paths if _through(p, members, inside)
         ]
@@ -424,9 +427,8 @@ def _leaf_suspects(
     at least half fine ends it; one with a single member short and nothing fine neither cuts nor
     ends) names the leaf when its members fell short with at least ``leaf_others`` other leaves
     that were clean then (mostly fine with the leaves but this one, in the run's rounds and two
-    either side) and
-    its meetings inside, in the run's rounds and the round either side, say which: mostly fine,
-    the **uplink** (fine with each other, short with every other leaf); mostly short, the
+    either side), and its meetings inside, in the run's rounds and the round after, say which:
+    mostly fine, the **uplink** (fine with each other, short with every other leaf); mostly short, the
     **leaf** itself (short with each other and with the rest).
     """
     if len(members) < 1 + rules.leaf_others:
@@ -493,6 +495,9 @@ def _leaf_suspects(
             named.append(naming[-1])
         elif found and found[-1] is not None and cut_before:
             leaning.append(found[-1])
+    # A leaf short only with leaves named bad is their evidence, not an incident of its own.
+    bad = {s.leaf for s in named}
+    leaning = [s for s in leaning if not {x["leaf"] for x in s.evidence["short_with"]} <= bad]
     decided = {s.leaf for s in (*named, *leaning)}
     for leaf, ms in inside.items():
         if leaf not in decided and (held := _short_inside(leaf, ms, crossing[leaf], members[leaf])):
@@ -503,13 +508,14 @@ def _leaf_suspects(
 def _short_inside(
     leaf: str, inside: list[Meeting], crossing: list[Meeting], members: list[str]
 ) -> Suspect | None:
-    """A leaf whose latest round inside was mostly short, with two pairs or more, and that has not
-    been fine across since: the start of a bad leaf, before its members meet other leaves (the
-    leaf the circle leaves out when the number of leaves is odd meets itself in that round)."""
+    """A leaf whose latest round inside was mostly short, and that has not been fine across since
+    (at least half its meetings across fine): the start of a bad leaf, before its members meet
+    other leaves (the leaf the circle leaves out when the number of leaves is odd meets itself in
+    that round)."""
     latest = max(m.round for m in inside)
     now = [m for m in inside if m.round == latest]
     short = [m for m in now if m.short]
-    if len({(m.a, m.b) for m in short}) < 2 or len(short) * 2 <= len(now):
+    if len(short) * 2 <= len(now):
         return None
     after = [m for m in crossing if m.round >= latest]
     if after and sum(not m.short for m in after) * 2 >= len(after):
@@ -545,7 +551,7 @@ def _place(
     members: list[str],
     rules: Rules,
     clean: Callable[[str, str, list[int]], bool],
-) -> Suspect | None:
+) -> Suspect:
     """The verdict on one run of rounds in which ``leaf`` was cut off (see ``_leaf_suspects``)."""
     short = [m for r in run for m in by_round[r] if m.short]
     by_leaf: dict[str, list[Meeting]] = {}
@@ -553,7 +559,11 @@ def _place(
         other = leaf_of[m.b] if leaf_of[m.a] == leaf else leaf_of[m.a]
         by_leaf.setdefault(other, []).append(m)
     others = [other for other in by_leaf if clean(other, leaf, run)]
-    near = [m for m in inside if run[0] - 1 <= m.round <= run[-1] + 1]
+    # Inside from the run's first round on: the round before may be from before the fault, and
+    # stands in only until a round inside comes (a leaf it names waits with the unconfirmed).
+    near = [m for m in inside if run[0] <= m.round <= run[-1] + 1] or [
+        m for m in inside if m.round == run[0] - 1
+    ]
     inside_short = [m for m in near if m.short]
     inside_fine = len(near) - len(inside_short)
     end = {id(m): (m.a if leaf_of[m.a] == leaf else m.b) for m in short}
@@ -580,7 +590,9 @@ def _place(
         "last_seen": _time(max(m.last_seen for m in short)),
         "ongoing": True,  # decided by the caller, who sees the rounds after
     }
-    if inside_fine > len(inside_short):
+    # Noise only shortens a meeting: a bad leaf has nothing fine inside, an uplink at most a few
+    # random shortfalls. So a tie is the uplink.
+    if inside_fine and inside_fine >= len(inside_short):
         kind, ratio_of = "uplink", short
         # An uplink explains its members' shortfalls across, not a member short with its own leaf.
         own: dict[str, list[bool]] = defaultdict(list)
@@ -595,13 +607,18 @@ def _place(
         kind, ratio_of = "uplink", short
         evidence["explains"] = list(members)
         evidence["why_unconfirmed"] = "no meeting inside the leaf yet: its uplink or the leaf itself"
-    if len(others) < rules.leaf_others:
+    if not others:
+        # Short with leaves that were bad then too: this one or they; it waits, holding what it
+        # would explain, until a clean leaf says.
+        evidence["why_unconfirmed"] = (
+            f"short across with {', '.join(by_leaf)}, not clean then either: this leaf or "
+            f"{'that one' if len(by_leaf) == 1 else 'those'}"
+        )
+    elif len(others) < rules.leaf_others:
         evidence["why_unconfirmed"] = (
             f"short with {len(others)} clean other leaf{'s' if len(others) != 1 else ''}; "
             f"{rules.leaf_others} name a leaf or its uplink"
         )
-        if not others:
-            return None
     ratio = _median_ratio(ratio_of) or 0.0
     evidence["median_ratio"] = _round(ratio)
     return Suspect(kind, tuple(members), evidence, ratio, leaf=leaf)
@@ -907,7 +924,9 @@ def _place_text(s: Suspect) -> str:
     else:
         within = "no meeting inside yet"
     hosts = ", ".join(s.hosts[:2]) + (", ..." if len(s.hosts) > 2 else "")
-    return f"{len(s.hosts)} hosts ({hosts}): {within}; short across with {shown}"
+    return f"{len(s.hosts)} hosts ({hosts}): {within}; " + (
+        f"short across with {shown}" if shown else "not met across since"
+    )
 
 
 def _ratio_text(ratio: float | None) -> str:
