@@ -1,4 +1,5 @@
-"""Which host, or which path between two hosts, makes a pairwise group fall short.
+"""Which host, which path between two hosts, or which leaf switch or uplink makes a pairwise group
+fall short.
 
 Input: *reports* of meetings, one per end that exported it: (round, the node, its partner, the
 bandwidth measured, whether it met its expectation), as fleet/pairwise.py reads them back from
@@ -26,6 +27,12 @@ Output (``analyze``): suspects, by two rules, and nothing else names anyone.
   round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other
   partners each and are clean themselves (more fine meetings with others than short ones). A pair
   with an end that is a host suspect is the host's evidence, not a path.
+* **Leaf and uplink** (members placed on leaf switches, ``leaves``): a leaf cut off from the
+  others (most of its meetings across short, round after round) with ``leaf_others`` (2) clean
+  other leaves is its **uplink** when its meetings inside were fine, the **leaf** itself when they
+  were short (``_leaf_suspects``). One verdict per incident: the hosts and paths a named leaf or
+  uplink explains are its evidence; while it is not told apart yet, they wait with it among the
+  unconfirmed.
 * **Unconfirmed.** A pair whose latest meeting fell short once, or a node short with fewer than
   ``host_partners`` partners, is listed apart, never in ``suspects``.
 * **Not enough evidence.** Fewer than ``min_rounds`` rounds in the window: no verdict.

@@ -12,6 +12,10 @@ pair then meets once in any N consecutive rounds. The shuffle is a sort by SHA-2
 (seed, name): it does not depend on Python's ``random`` or on hash randomisation, so agents on
 different Python versions agree, and neighbours in the member list are not paired first.
 
+By leaf (every member placed on a leaf switch, two leaves or more: ``Schedule(members, seed,
+leaves)``), rounds alternate inside the leaves and across them, so that every leaf meets itself
+every other round and two other leaves within four; see ``Schedule``.
+
 In each pair one side serves and the other connects. Which one is a per-pair bit from the same
 hash, flipped every cycle: a pair is measured in both directions over two cycles.
 
@@ -26,6 +30,10 @@ results only:
     not take place (either end busy, absent or declining), both ends know it and try again in
     the next rounds' confirming slots, within ``CONFIRM_ATTEMPTS`` rounds of the meeting; when
     several short meetings wait, the oldest goes first.
+
+By leaf, a meeting across leaves that fell short waits for a round whose own regular meeting
+crossed leaves and was fine: an end fine inside its leaf says nothing of its uplink, which a
+second shortfall would then show (the replay would name a path where the uplink failed).
 
 The condition keeps a bad host from being re-tested pair by pair: a node whose meetings fall short
 with two partners in a row is more likely the culprit than either path, and the host rule
