@@ -672,7 +672,7 @@ class Lab:
         if restarted is not None:
             report["prometheus_restarted"] = restarted
         for kind, suspect in self.spec.expected_suspects(path):
-            named = next(
+            after = next(
                 (
                     e["after_round"]
                     for e in history
@@ -681,9 +681,9 @@ class Lab:
                 None,
             )
             fault = {"kind": kind, "suspect": suspect, "factor": self.spec.factor}
-            report["faults"].append({**fault, "named_after_round": named})
+            report["faults"].append({**fault, "named_after_round": after})
             if report["degraded"] is None:  # the first fault, as a lab of one fault reports it
-                report["degraded"], report["named_after_rounds"] = fault, named
+                report["degraded"], report["named_after_rounds"] = fault, after
         return last, why, report
 
     def _analyze(self, first: int) -> analysis.Analysis:
