@@ -261,7 +261,8 @@ def false_table(n: int, days: int, seed: int) -> None:
 def series_table(sizes: list[int]) -> None:
     rounds_per_day = 86400 / DEFAULT_PERIOD
     # node_info, round, group_members, success, runs_total × 5, last_run, duration, expected: what
-    # the agent exports (tests/test_pairwise_agent.py counts them on a real agent).
+    # the agent exports (tests/test_pairwise_agent.py counts them on a real agent); one more,
+    # placement_info, for a node its members file places.
     static = 12
     print(f"\n## Series a group costs Prometheus (period {DEFAULT_PERIOD:g} s)\n")
     print(

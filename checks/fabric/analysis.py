@@ -435,8 +435,8 @@ def _leaf_suspects(
     ends) names the leaf when its members fell short with at least ``leaf_others`` other leaves
     that were clean then (mostly fine with the leaves but this one, in the run's rounds and two
     either side), and its meetings inside, in the run's rounds and the round after, say which:
-    mostly fine, the **uplink** (fine with each other, short with every other leaf); mostly short, the
-    **leaf** itself (short with each other and with the rest).
+    at least half fine, the **uplink** (fine with each other, short with every other leaf);
+    mostly short, the **leaf** itself (short with each other and with the rest).
     """
     if len(members) < 1 + rules.leaf_others:
         return [], []
@@ -492,15 +492,12 @@ def _leaf_suspects(
         found = [
             _place(leaf, run, by_round, inside[leaf], leaf_of, members[leaf], rules, clean) for run in runs
         ]
-        for suspect in found[:-1]:
-            if suspect is not None:
-                suspect.evidence["ongoing"] = False
-        if found and found[-1] is not None:
-            found[-1].evidence["ongoing"] = cut_before
-        naming = [s for s in found if s is not None and "why_unconfirmed" not in s.evidence]
+        for suspect in found:
+            suspect.evidence["ongoing"] = suspect is found[-1] and cut_before
+        naming = [s for s in found if "why_unconfirmed" not in s.evidence]
         if naming:
             named.append(naming[-1])
-        elif found and found[-1] is not None and cut_before:
+        elif found and cut_before:
             leaning.append(found[-1])
     # A leaf short only with leaves named bad is their evidence, not an incident of its own.
     bad = {s.leaf for s in named}
