@@ -43,6 +43,7 @@ results that cannot be tied to a node or a round. Without ``allow_partial`` it i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -54,7 +55,7 @@ from typing import Any
 from clusterhealth.checks import cost
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.analysis import Analysis, Meeting, Report, Rules
-from clusterhealth.checks.fabric.topology import PLACE_KEYS, Placement
+from clusterhealth.checks.fabric.topology import PLACE_KEYS, Placement, placement
 from clusterhealth.fleet.prometheus import (
     NoVerdict,
     Partial,
@@ -287,11 +288,10 @@ def _placement(prometheus: Prometheus, history: History) -> dict[str, Placement]
     names = _names(history.node_info)
     match = f'probe="{history.probe}"'
     found = prometheus.query(f"last_over_time({PLACEMENT_INFO}{{{match}}}{selector})", history.end)
-    places: dict[Target, set[tuple[str | None, ...]]] = {}
+    places: dict[Target, set[Placement]] = {}
     for series in found:
         labels = series.get("metric", {})
-        place = tuple(labels.get(key) or None for key in PLACE_KEYS)
-        places.setdefault(target_of(labels, ("probe", *PLACE_KEYS)), set()).add(place)
+        places.setdefault(target_of(labels, ("probe", *PLACE_KEYS)), set()).add(placement(labels))
     if any(len(seen) > 1 for seen in places.values()):
         # A node that moved within the window: where it is at the end.
         latest = f"[{math.ceil(history.step)}s]"
@@ -299,23 +299,23 @@ def _placement(prometheus: Prometheus, history: History) -> dict[str, Placement]
             labels = series.get("metric", {})
             target = target_of(labels, ("probe", *PLACE_KEYS))
             if len(places.get(target, ())) > 1:
-                places[target] = {tuple(labels.get(key) or None for key in PLACE_KEYS)}
+                places[target] = {placement(labels)}
     domains: dict[Target, set[str]] = {}
     without = ", ".join(_GPU_LABELS)
     query = f'group without ({without}) (last_over_time({GPU_INFO}{{chassis_serial!=""}}{selector}))'
     for series in prometheus.query(query, history.end):
         labels = series.get("metric", {})
         domains.setdefault(target_of(labels, ("chassis_serial",)), set()).add(labels["chassis_serial"])
-    placement: dict[str, Placement] = {}
+    found_places: dict[str, Placement] = {}
     for target in places.keys() | domains.keys():
         seen, chassis = places.get(target, set()), domains.get(target, set())
-        said = dict(zip(PLACE_KEYS, next(iter(seen)), strict=True)) if len(seen) == 1 else {}
+        place = next(iter(seen)) if len(seen) == 1 else Placement()
         domain = next(iter(chassis)) if len(chassis) == 1 else None
-        found_place = Placement(**said, nvlink_domain=domain)
-        if found_place.known:
+        place = dataclasses.replace(place, nvlink_domain=domain)
+        if place.known:
             for node in names.get(target, set()) & history.nodes:
-                placement[node] = found_place
-    return placement
+                found_places[node] = place
+    return found_places
 
 
 def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]] | None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterhealth.checks.fabric.members import parse_members
+from clusterhealth.checks.fabric import topology
+from clusterhealth.checks.fabric.members import parse_inventory, parse_members
 from clusterhealth.checks.fabric.schedule import (
     CONFIRM_ATTEMPTS,
     MembershipError,
@@ -22,6 +23,7 @@ from clusterhealth.checks.fabric.schedule import (
     regular,
     round_at,
 )
+from clusterhealth.checks.fabric.topology import Placement
 
 names = st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True), min_size=2, max_size=40, unique=True)
 seeds = st.text(min_size=0, max_size=12)
@@ -451,3 +453,58 @@ def test_by_leaf_a_short_meeting_across_is_confirmed_once_the_end_was_fine_acros
     # A flat group confirms in the next round whatever the leaves.
     flat = Schedule(leaves, "g")
     assert confirming(flat, "h0", r + 1, _history(flat, "h0", {r: True, r + 1: False})) is not None
+
+
+# --- places ---------------------------------------------------------------------------------------
+
+
+def test_the_members_file_gives_each_node_its_place_or_its_address_alone() -> None:
+    inventory = parse_inventory(
+        "gpu-1: {address: 10.1.0.1, leaf: su1-leaf3, pod: su1, rail: 0}\n"
+        "gpu-2:\n  address: 10.1.0.2\n  leaf: su1-leaf4\n  spine: plane-a\n"
+        "gpu-3: 10.1.0.3\n"
+    )
+    assert inventory.addresses == {"gpu-1": "10.1.0.1", "gpu-2": "10.1.0.2", "gpu-3": "10.1.0.3"}
+    assert inventory.placement == {
+        "gpu-1": Placement(leaf="su1-leaf3", pod="su1", rail="0"),
+        "gpu-2": Placement(leaf="su1-leaf4", spine="plane-a"),
+    }
+    assert parse_members("gpu-1: {address: 10.1.0.1, leaf: l1}\n") == {"gpu-1": "10.1.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "a: 10.0.0.1\nb: {address: 10.0.0.2, lef: l1}\n",
+            "line 2: member b: expected the keys address, leaf",
+        ),
+        ("a: {address: 10.0.0.1, leaf: [l1]}\n", "line 1: member a: leaf: expected a name"),
+        ("a: {address: 10.0.0.1, rail: true}\n", "line 1: member a: rail: expected a name"),
+        ("a: {leaf: l1}\n", "line 1: member a: expected an IP address or a host name, got None"),
+        ("a: {address: 10.0.0.1, leaf: l1, leaf: l2}\n", "listed twice"),
+    ],
+)
+def test_a_bad_place_is_named_with_its_line(text: str, message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        parse_inventory(text)
+
+
+def test_nodes_in_fabric_order_by_pod_spine_leaf_nvlink_domain_then_name() -> None:
+    places = {
+        "h10": Placement(leaf="leaf-2"),
+        "h2": Placement(leaf="leaf-10"),
+        "h9": Placement(leaf="leaf-2", nvlink_domain="rack-1"),
+        "h1": Placement(leaf="leaf-2"),
+        "h3": Placement(pod="su0", leaf="leaf-9"),
+        "h4": Placement(nvlink_domain="rack-1"),
+    }
+    nodes = ["h10", "h2", "h9", "h1", "h3", "h4", "h0"]
+    assert topology.ordered(nodes, places) == ["h3", "h9", "h1", "h10", "h2", "h4", "h0"]
+    assert topology.ordered(nodes) == ["h0", "h1", "h2", "h3", "h4", "h9", "h10"]
+    assert topology.leaves(places) == {"leaf-2": ["h1", "h9", "h10"], "leaf-9": ["h3"], "leaf-10": ["h2"]}
+    assert topology.leaves(places, ["h1", "h2", "h0"]) == {"leaf-2": ["h1"], "leaf-10": ["h2"]}
+    assert topology.leaf_of(places, "h3") == "leaf-9" and topology.leaf_of(places, "h0") is None
+    assert topology.leaf_of(None, "h3") is None
+    labels = {"probe": "fabric", "leaf": "l1", "spine": "", "pod": "p", "rail": ""}
+    assert topology.placement(labels) == Placement(leaf="l1", pod="p")

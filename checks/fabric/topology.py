@@ -44,6 +44,12 @@ class Placement:
         return {key: getattr(self, key) or "" for key in PLACE_KEYS}
 
 
+def placement(labels: Mapping[str, str]) -> Placement:
+    """A place from labels named as the members file's keys (``clusterhealth_probe_placement_info``'s),
+    empty ones unknown; ``nvlink_domain`` too, when given."""
+    return Placement(**{key: labels.get(key) or None for key in (*PLACE_KEYS, "nvlink_domain")})
+
+
 def check_place_name(value: object) -> str | None:
     """None when ``value`` can name a leaf, a spine group, a pod or a rail; else what was expected."""
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not _PLACE_NAME.fullmatch(str(value)):
