@@ -24,7 +24,11 @@ public sources. Things a caller must know:
 - ``mlx5`` is a ConnectX function's error line, with or without the ``function:line:(pid N):``
   caller that mlx5_core_err puts before its text, and the informational lines printed in the same
   shapes (a slot's power advertisement, a module plugged in), which `is_informational` tells apart.
-  Of a health-buffer dump only its ``synd 0x..: <what>`` line is an event.
+  Of a health-buffer dump (print_health_info) two lines are events: its header ``Health issue
+  observed, <what>, severity(N) <LEVEL>:`` (newer kernels, `is_health_header`) and its
+  ``synd 0x..: <what>`` line, which every kernel prints (`is_health_syndrome`); the registers are
+  continuation lines. One dump is one fault: the watcher counts its header, or its syndrome where
+  the kernel printed no header.
 - ``mlx5_link_down`` and ``mlx5_link_up`` are a ConnectX netdev's carrier changes, and
   ``mlx5_link_down`` also the InfiniBand port's own "Port: N Link DOWN" (`is_ib_port_line`), which
   a RoCE port prints next to its netdev's line for the same loss of link; ``pci`` is the function's
@@ -127,13 +131,15 @@ _MLX5_INFORMATIONAL = re.compile(
     r"|Port module event: "
     r"|log_max_qp value in current profile is \d+, changing it to HCA capability limit"
 )
-# print_health_info's dump of the firmware's health buffer: one fault, told by its "synd 0x..: <what>"
-# line, which every kernel prints; the registers around it (and 6.x's "Health issue observed" header,
-# which repeats the syndrome) are its continuation lines.
+# print_health_info's dump of the firmware's health buffer: one fault, which newer kernels head
+# with "Health issue observed, <syndrome>, severity(N) <LEVEL>:" and every kernel tells by its
+# "synd 0x..: <what>" line; the registers around them are its continuation lines.
 _MLX5_HEALTH_DUMP = re.compile(
     r"(?:assert_var\[\d+\]|assert_exit_ptr|assert_callra|fw_ver|raw fw_ver|hw_id|irisc_index|ext_synd"
-    r"|time|rfr|severity) \S|Health issue observed, "
+    r"|time|rfr|severity) \S"
 )
+_MLX5_HEALTH_HEADER = re.compile(r"Health issue observed, ")
+_MLX5_HEALTH_SYNDROME = re.compile(r"synd 0x[0-9a-fA-F]+: ")
 # Faults that kernels print with dev_err/dev_warn, without the caller: the health poller's
 # (older kernels print all of these that way) and a failed probe ("mlx5_load_one failed with error
 # code -22", "handle_hca_cap failed").
@@ -225,10 +231,25 @@ def _mlx5_event(text: str) -> KernelEvent | None:
 def is_informational(event: KernelEvent) -> bool:
     """Whether an ``mlx5`` event is a notice that reports no fault (a slot's power advertisement, a
     module plugged in): a counter of faults leaves it out."""
+    return _mlx5_text_matches(event, _MLX5_INFORMATIONAL)
+
+
+def is_health_header(event: KernelEvent) -> bool:
+    """Whether an ``mlx5`` event is the "Health issue observed" line that opens a health-buffer dump."""
+    return _mlx5_text_matches(event, _MLX5_HEALTH_HEADER)
+
+
+def is_health_syndrome(event: KernelEvent) -> bool:
+    """Whether an ``mlx5`` event is a health-buffer dump's "synd 0x..: <what>" line, which repeats
+    the fault of the dump's header where the kernel printed one."""
+    return _mlx5_text_matches(event, _MLX5_HEALTH_SYNDROME)
+
+
+def _mlx5_text_matches(event: KernelEvent, pattern: re.Pattern[str]) -> bool:
     if event.kind != "mlx5":
         return False
     match = _MLX5.search(event.message)
-    return match is not None and _MLX5_INFORMATIONAL.match(match["text"]) is not None
+    return match is not None and pattern.match(match["text"]) is not None
 
 
 def is_aer_device_report(event: KernelEvent) -> bool:

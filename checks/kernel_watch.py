@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from clusterhealth.checks.kernel_log import (
     KernelEvent,
     is_aer_device_report,
+    is_health_header,
+    is_health_syndrome,
     is_ib_port_line,
     is_informational,
     is_machine_check_notice,
@@ -54,6 +56,9 @@ _MAX_FALLS = 64
 LINK_DOWN_PAIRING_SECONDS = 5.0
 # Ports whose last unpaired link-down line is remembered.
 _MAX_LINK_DOWNS = 256
+# print_health_info prints a health-buffer dump's lines within microseconds; a syndrome line this
+# soon after a header of the same function belongs to that header's dump.
+HEALTH_DUMP_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ class KernelLogCollector:
         self._falls: dict[str, tuple[float, bool]] = {}
         # Bus id -> (printk seconds, True if the IB port's line) of a link-down line not paired yet.
         self._link_downs: dict[str, tuple[float, bool]] = {}
+        # Bus id -> printk seconds of a health-dump header whose syndrome line has not come yet.
+        self._health_headers: dict[str, float] = {}
         self._cycle_mce = [0, 0]  # machine-check records, notices read this cycle
         self._cycle_buses: dict[str, int] | None = None  # bus id -> GPU index, for this cycle
 
@@ -171,11 +178,19 @@ class KernelLogCollector:
             return
         if kind == "mce":
             self._cycle_mce[is_machine_check_notice(event)] += 1
-        elif kind == "mlx5_link_down" and self._link_down_counted_already(event, seconds):
+        elif self._counted_already(kind, event, seconds):
             return
         else:
             self.events[kind] += 1
         self.recent.append(SeenEvent(kind, event.code, event.pci, None, seconds, event.message))
+
+    def _counted_already(self, kind: str, event: KernelEvent, seconds: float) -> bool:
+        """Whether this line reports, in another form, an event just counted."""
+        if kind == "mlx5_link_down":
+            return self._link_down_counted_already(event, seconds)
+        if kind == "mlx5":
+            return self._health_dump_counted_already(event, seconds)
+        return False
 
     def _fall_counted_already(self, event: KernelEvent, seconds: float) -> bool:
         """Whether this line reports a fall off the bus already counted.
@@ -212,6 +227,20 @@ class KernelLogCollector:
             del self._link_downs[min(self._link_downs, key=lambda p: self._link_downs[p][0])]
         self._link_downs[port] = (seconds, ib_port)
         return False
+
+    def _health_dump_counted_already(self, event: KernelEvent, seconds: float) -> bool:
+        """Whether this line is the syndrome of a health-buffer dump whose header was counted: a
+        dump is one fault, told by its header on newer kernels and by its syndrome on older ones."""
+        port = event.pci or ""
+        if is_health_header(event):
+            if len(self._health_headers) >= _MAX_LINK_DOWNS and port not in self._health_headers:
+                del self._health_headers[min(self._health_headers, key=self._health_headers.__getitem__)]
+            self._health_headers[port] = seconds
+            return False
+        if not is_health_syndrome(event):
+            return False
+        header = self._health_headers.pop(port, None)
+        return header is not None and 0 <= seconds - header <= HEALTH_DUMP_SECONDS
 
     def _gpu_index(self, pci: str | None) -> int:
         if pci is None:

@@ -8,12 +8,12 @@ from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models import dashboard as dm
 
 from clusterhealth.dashboards.panels import (
-    HIDE_META,
     MERGE,
     RATE,
     SEL,
     Query,
     base,
+    columns,
     graph,
     grid,
     organize,
@@ -195,6 +195,9 @@ def bandwidth_row() -> list[Builder[dm.Panel]]:
     ]
 
 
+PROBE = "instance, job, probe"
+
+
 def results_row() -> list[Builder[dm.Panel]]:
     return [
         timeline(
@@ -214,13 +217,22 @@ def results_row() -> list[Builder[dm.Panel]]:
         ),
         grid(
             "Last runs",
-            "When each probe last ran, how long it took, and nccl-tests' wrong values.",
+            "When each probe last ran, how long its last completed run took, and nccl-tests' wrong "
+            "values, one row a probe.",
             [
-                Query(f"time() - clusterhealth_probe_last_run_timestamp_seconds{{{SEL}}}", instant=True),
-                Query(f"clusterhealth_probe_duration_seconds{{{SEL}}}", instant=True),
-                Query(f"clusterhealth_probe_wrong_values{{{SEL}}}", instant=True),
+                Query(
+                    f"max by ({PROBE}) (time() - clusterhealth_probe_last_run_timestamp_seconds{{{SEL}}})",
+                    instant=True,
+                ),
+                Query(f"max by ({PROBE}) (clusterhealth_probe_duration_seconds{{{SEL}}})", instant=True),
+                Query(f"max by ({PROBE}) (clusterhealth_probe_wrong_values{{{SEL}}})", instant=True),
             ],
-            transformations=[HIDE_META],
+            transformations=[
+                MERGE,
+                columns(
+                    {"Value #A": "seconds since it ran", "Value #B": "duration", "Value #C": "wrong values"}
+                ),
+            ],
         ),
     ]
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
 from clusterhealth.checks.probes.settings import parse_bandwidth
 
-COMMANDS = ("analyze", "lab", "model")
+COMMANDS = ("analyze", "lab", "model", "remediate", "report")
 
 
 def add_commands(sub: Any) -> None:
@@ -41,6 +42,31 @@ def add_commands(sub: Any) -> None:
         "a store answering isPartial)",
     )
     _workload_arguments(analyze, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
+
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page (or a PNG) of a pairwise group: the pair-bandwidth "
+        "matrix, each node round by round, and analyze's verdict",
+        description="Reads and judges the group as analyze does. Needs the report extra: "
+        "pip install 'clusterhealth[report]'. Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or "
+        "the report extra missing, 3 no verdict (nothing is written when there is no data to draw).",
+    )
+    report.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    report.add_argument("--probe", metavar="NAME", help="the pairwise group (default: the only one)")
+    report.add_argument(
+        "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
+    )
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    report.add_argument(
+        "--format", choices=("html", "png"), default="html", help="an HTML page (default) or one PNG"
+    )
+    report.add_argument(
+        "--step", metavar="DURATION", help="width of the windows the history is read in (as analyze's)"
+    )
+    report.add_argument(
+        "--allow-partial", action="store_true", help="draw what can be read on partial data (as analyze's)"
+    )
+    _workload_arguments(report, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
 
     lab = sub.add_parser(
         "lab",
@@ -103,6 +129,12 @@ def add_commands(sub: Any) -> None:
         help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
         "round K+1 (the series that ended meanwhile carry no staleness marker)",
     )
+    lab.add_argument(
+        "--report",
+        metavar="FILE",
+        help="where to write the report of the run (clusterhealth report's page; default "
+        "lab-PREFIX.html in the current directory; needs the report extra)",
+    )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
     model = sub.add_parser(
@@ -150,6 +182,32 @@ def add_commands(sub: Any) -> None:
     )
     model.add_argument("--json", action="store_true", help="print JSON")
 
+    remediate = sub.add_parser(
+        "remediate",
+        help="act on the nodes' verdicts: drain (Slurm) or cordon (Kubernetes) within a fleet budget, "
+        "dry-run unless --act",
+        description="Exit codes of --once: 0 nothing to do or done, 1 acted or would act, 2 bad "
+        "arguments or configuration, 3 no trusted data (Prometheus or the scheduler could not be read, "
+        "or a scheduler command failed or hung). docs/remediation.md.",
+    )
+    remediate.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    remediate.add_argument(
+        "--backend", required=True, choices=("slurm", "kubernetes"), help="the scheduler to act on"
+    )
+    remediate.add_argument(
+        "--config", metavar="FILE", help="the remediator's YAML configuration (docs/remediation.md)"
+    )
+    remediate.add_argument(
+        "--act", action="store_true", help="carry the orders out (default: dry-run, which touches nothing)"
+    )
+    remediate.add_argument("--once", action="store_true", help="reconcile once and exit with its code")
+    remediate.add_argument("--listen", metavar="HOST:PORT", help="serve the remediator's /metrics here")
+    remediate.add_argument(
+        "--fabric",
+        metavar="PROBE",
+        help="also act on the host suspects analyze names in this pairwise group (fabric.action)",
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     """Runs one of ``COMMANDS`` and returns its exit code."""
@@ -170,8 +228,30 @@ def run(args: argparse.Namespace) -> int:
             allow_partial=args.allow_partial,
             workload=workload,
         )
+    if args.command == "report":
+        from clusterhealth.fleet.report.command import main as report_main
+
+        try:
+            workload = _workload(args)
+        except ValueError as err:
+            print(f"clusterhealth report: {err}", file=sys.stderr)
+            return 2
+        return report_main(
+            args.prometheus,
+            args.probe,
+            args.window,
+            args.output,
+            args.format,
+            step_text=args.step,
+            allow_partial=args.allow_partial,
+            workload=workload,
+        )
     if args.command == "lab":
         return _lab(args)
+    if args.command == "remediate":
+        from clusterhealth.fleet.remediate.command import main as remediate_main
+
+        return remediate_main(args)
     return _model(args)
 
 
@@ -195,6 +275,7 @@ def _lab(args: argparse.Namespace) -> int:
         leaves=args.leaves,
         degrade_uplink=args.degrade_uplink,
         degrade_leaf=args.degrade_leaf,
+        report=Path(args.report) if args.report else None,
     )
     return lab.main(spec, args.json)
 

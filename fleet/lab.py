@@ -31,14 +31,19 @@ every address inside its own namespaces):
 
 It waits for the first round that starts with every agent up, lets K rounds go by, runs `analyze`
 (in-process, from the switch namespace) after each, and prints the last verdict: the table or the
-JSON of SPEC, plus a ``lab`` object with the history. Everything it made (processes, namespaces
-and with them the links, its working directory) is removed at the end, on Ctrl-C and on failure.
+JSON of SPEC, plus a ``lab`` object with the history and, in ``remediate``, what `clusterhealth
+remediate --fabric` would do in dry-run over the hosts (its orders, priced). Beside it, the report
+of the last reading (`clusterhealth report`'s page, fleet/report/) is written to ``--report``
+(default ``lab-PREFIX.html`` in the current directory) and its path printed, when the report extra
+is installed. Everything it made (processes, namespaces and with them the links, its working
+directory) is removed at the end, on Ctrl-C and on failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -64,7 +69,8 @@ from clusterhealth.checks.fabric import analysis, topology
 from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
 from clusterhealth.checks.probes import runner
 from clusterhealth.fleet import analyze as analyzing
-from clusterhealth.fleet.prometheus import NoVerdict
+from clusterhealth.fleet import pairwise
+from clusterhealth.fleet.prometheus import NoVerdict, Prometheus
 
 log = logging.getLogger("clusterhealth.lab")
 
@@ -106,6 +112,7 @@ class LabSpec:
     leaves: int = 1  # leaf switches joined by a spine; 1: every host on one switch
     degrade_uplink: str | None = None  # a leaf whose uplink is degraded
     degrade_leaf: str | None = None  # a leaf degraded whole
+    report: Path | None = None  # where the report goes; None: lab-PREFIX.html in the current directory
 
     def leaf_of(self, host: str) -> str | None:
         """The leaf a host hangs off (None on a lab of one switch): hosts in blocks, h1 first."""
@@ -165,6 +172,8 @@ class LabSpec:
             return "--degrade-factor: expected a fraction of the rate between 0 and 1, e.g. 0.25"
         if self.restart_prometheus is not None and not 1 <= self.restart_prometheus < self.rounds:
             return "--restart-prometheus: expected a round before the last, from 1 to --rounds - 1"
+        if self.report is not None and (self.report.is_dir() or not self.report.absolute().parent.is_dir()):
+            return f"--report: expected a file in an existing directory, got {self.report}"
         return None
 
     def expected_suspects(self, path: tuple[str, str] | None) -> list[tuple[str, str]]:
@@ -277,6 +286,7 @@ class Lab:
     workdir: Path | None = None
     tools: dict[str, str] = field(default_factory=dict)
     path: tuple[str, str] | None = None  # the path degraded, once chosen (at the first round)
+    history: pairwise.History | None = None  # the last reading, for the report
 
     @property
     def switch(self) -> str:
@@ -643,8 +653,9 @@ class Lab:
                 restarted["round"] = k
             # After the round's end, once Prometheus has scraped the last results.
             self._sleep_until((first + k) * period + 2 * SCRAPE_SECONDS + 0.5)
+            at = time.time()
             try:
-                last = in_namespace(self.switch, lambda: self._analyze(first))
+                last = in_namespace(self.switch, functools.partial(self._analyze, first, at))
                 why = last.not_enough_evidence
             except NoVerdict as err:
                 last, why = None, str(err)
@@ -671,6 +682,8 @@ class Lab:
         }
         if restarted is not None:
             report["prometheus_restarted"] = restarted
+        # At the moment of the last analysis: the same window, the same suspects, the same prices.
+        report["remediate"] = in_namespace(self.switch, functools.partial(self._remediate, first, at))
         for kind, suspect in self.spec.expected_suspects(path):
             after = next(
                 (
@@ -686,11 +699,67 @@ class Lab:
                 report["degraded"], report["named_after_rounds"] = fault, after
         return last, why, report
 
-    def _analyze(self, first: int) -> analysis.Analysis:
+    def _window(self, first: int, at: float) -> float:
         # The window starts once the first round's number has been scraped: before, the agents were
         # starting (a round they played while Prometheus was not yet up would count).
-        window = time.time() - (first * self.spec.period + 2 * SCRAPE_SECONDS)
-        return analyzing.run(self.prometheus_url, GROUP, window, step=SCRAPE_SECONDS)
+        return at - (first * self.spec.period + 2 * SCRAPE_SECONDS)
+
+    def _analyze(self, first: int, at: float) -> analysis.Analysis:
+        self.history = None
+        prometheus = Prometheus(self.prometheus_url)
+        window = self._window(first, at)
+        history = pairwise.read_history(prometheus, GROUP, window, step=SCRAPE_SECONDS, now=at)
+        result = pairwise.judge(history)
+        self.history = history
+        return result
+
+    def _remediate(self, first: int, at: float) -> dict[str, Any]:
+        """What `clusterhealth remediate --fabric` would do now, in dry-run, over the lab's hosts as
+        the nodes of a scheduler that has none (fleet/remediate/memory.py): the orders it would
+        give, each with the price analyze put on its suspect."""
+        from clusterhealth.fleet.remediate.config import BudgetConfig, FabricConfig, RemediateConfig
+        from clusterhealth.fleet.remediate.memory import MemoryBackend
+        from clusterhealth.fleet.remediate.reconcile import Remediator
+
+        hosts = [f"h{i}" for i in range(1, self.spec.hosts + 1)]
+        config = RemediateConfig(
+            budget=BudgetConfig(max_unavailable=len(hosts), max_unavailable_per_domain=len(hosts)),
+            # analyze's own window and step in the lab (_analyze).
+            fabric=FabricConfig(window_seconds=self._window(first, at), step_seconds=SCRAPE_SECONDS),
+        )
+        backend = MemoryBackend(hosts)
+        prometheus = Prometheus(self.prometheus_url)
+        result = Remediator(config, backend, prometheus, fabric=GROUP, clock=lambda: at).reconcile()
+        return {
+            "exit": result.code,
+            "problem": result.problem,
+            "would": [
+                {
+                    "node": o.node,
+                    "operation": o.operation,
+                    "action": o.action,
+                    "reason": o.reason,
+                    "impact": o.impact,
+                }
+                for o in result.would
+            ],
+        }
+
+    def write_report(self, result: analysis.Analysis | None) -> dict[str, Any]:
+        """The report of the last reading, beside the verdict: ``{"report": path}``, or why none
+        was written (``report_error``)."""
+        if result is None or self.history is None:
+            return {"report": None, "report_error": "no reading of the group to draw"}
+        from clusterhealth.fleet.report import command
+
+        path = (self.spec.report or Path(f"lab-{self.prefix}.html")).absolute()
+        try:
+            command.write(self.history, result, path)
+        except (command.MissingExtra, OSError) as err:
+            self.say(f"lab {self.prefix}: report not written: {err}")
+            return {"report": None, "report_error": str(err)}
+        self.say(f"lab {self.prefix}: report written to {path}")
+        return {"report": str(path)}
 
     def _sleep_until(self, until: float) -> None:
         while (remaining := until - time.time()) > 0:
@@ -778,6 +847,7 @@ def main(spec: LabSpec, as_json: bool) -> int:
         finally:
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous)
+    report.update(lab.write_report(result))
     summary = _summary(report)
     if as_json:
         document: dict[str, Any] = (
@@ -790,6 +860,7 @@ def main(spec: LabSpec, as_json: bool) -> int:
             sys.stdout.write(analysis.render_table(result))
         else:
             print(f"no verdict: {why}")
+        print(f"report: {report['report'] or 'not written, ' + report['report_error']}")
         print(summary)
     if result is None or result.not_enough_evidence:
         return analyzing.EXIT_NO_VERDICT
@@ -799,12 +870,18 @@ def main(spec: LabSpec, as_json: bool) -> int:
 def _summary(report: dict[str, Any]) -> str:
     on = f" on {len(report['leaves'])} leaves" if report.get("leaves") else ""
     head = f"lab: {report['hosts']} hosts{on}, {report['rounds']} rounds of {report['period_seconds']:g} s"
+    orders = (report.get("remediate") or {}).get("would") or []
+    would = "; the remediator (dry-run) would " + (
+        ", ".join(f"{o['operation']} {o['node']} ({o['action']})" for o in orders)
+        if orders
+        else "act on nothing"
+    )
     faults = report.get("faults") or []
     if not faults:
-        return head + ", nothing degraded"
+        return head + ", nothing degraded" + would
     said = []
     for fault in faults:
         named = fault["named_after_round"]
         when = f"named after round {named}" if named is not None else "not named"
         said.append(f"{fault['kind']} {fault['suspect']} degraded to {fault['factor']:g}: {when}")
-    return f"{head}; " + "; ".join(said)
+    return f"{head}; " + "; ".join(said) + would

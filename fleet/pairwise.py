@@ -1,9 +1,10 @@
 """A pairwise group's history as read back from Prometheus: the meetings of a window, its rounds,
 its nodes, and what the reading missed.
 
-`analyze`, `model --prometheus` and `lab` read it here (the report of the pair-bandwidth matrix
-too): ``read_history`` returns the `History` without analysing it, ``judge`` runs the analysis
-(checks/fabric/analysis.py) on it.
+`analyze`, `model --prometheus`, `lab` and `report` read it here: ``read_history`` returns the
+`History` without analysing it, ``judge`` runs the analysis (checks/fabric/analysis.py) on it.
+Once judged, a history also answers what the report draws: each pair's latest and worst meeting
+(``History.pairs``) and each node's worst meeting of every round (``History.node_rounds``).
 
 It uses Prometheus's HTTP API (fleet/prometheus.py) and the Fabric series of SPEC alone, and reads
 them as **samples as scraped**, never as values Prometheus evaluated forward. A plain range query
@@ -156,6 +157,59 @@ class History:
     def partial(self) -> bool:
         return bool(self.problems)
 
+    @property
+    def newest(self) -> float | None:
+        """When the newest result of the window was last scraped (Unix time); None without any."""
+        return max((m.last_seen for m in self.meetings), default=None)
+
+    def pairs(self) -> dict[tuple[str, str], PairMeetings]:
+        """Each pair that met in the window (a < b): its latest meeting and its worst, by
+        ``seen_ratio``. Once judged (``judge`` sets the meetings' ratios)."""
+        found: dict[tuple[str, str], PairMeetings] = {}
+        for m in self.meetings:  # in (round, a, b) order: a later meeting of a pair comes later
+            ratio = seen_ratio(m)
+            pair = found.get((m.a, m.b))
+            if pair is None:
+                found[(m.a, m.b)] = PairMeetings(m, m, 1)
+                continue
+            worst = seen_ratio(pair.worst)
+            if ratio is not None and (worst is None or ratio < worst):
+                pair.worst = m
+            pair.latest = m
+            pair.meetings += 1
+        return found
+
+    def node_rounds(self) -> dict[str, dict[int, float]]:
+        """Each node's worst ``seen_ratio`` in each round it met someone with a known result.
+        Once judged."""
+        found: dict[str, dict[int, float]] = {}
+        for m in self.meetings:
+            ratio = seen_ratio(m)
+            if ratio is None:
+                continue
+            for node in (m.a, m.b):
+                rounds = found.setdefault(node, {})
+                rounds[m.round] = min(ratio, rounds.get(m.round, ratio))
+        return found
+
+
+@dataclass
+class PairMeetings:
+    """A pair's meetings in the window, as the report's matrix shows them."""
+
+    latest: Meeting
+    worst: Meeting
+    meetings: int
+
+
+def seen_ratio(m: Meeting) -> float | None:
+    """A judged meeting's share of the reference as a picture shows it: its ratio; 0 for a run
+    that measured nothing and did not meet its expectation (failed, timed out); None when nothing
+    says how it went."""
+    if m.ratio is not None:
+        return m.ratio
+    return 0.0 if m.success is False else None
+
 
 def read_history(
     prometheus: Prometheus,
@@ -190,7 +244,7 @@ def read_history(
         match = f'probe="{probe}"'
         period = _period(prometheus, probe, match, selector, end, window)
         step = max(step if step is not None else window_width(period), 0.001)
-        windows = Windows(end, step, max(int(window // step), 1))
+        windows = Windows(end, step, max(int(window // step), 1), prometheus.holds_left_edge(end))
         w = windows.selector
         # A node exports a new partner's series every round, so the per-partner families hold about
         # N series per round of the window. Prometheus evaluates a range query at every step for

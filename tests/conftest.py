@@ -242,3 +242,24 @@ def kube(kube_session: KubeAPI) -> KubeAPI:
     """The session's Kubernetes API with no Node and no object a test left behind."""
     kube_session.reset()
     return kube_session
+
+
+@pytest.fixture(scope="session")
+def fabric_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Simulated pairwise groups backfilled into three real Prometheus servers (tests/fabric_store.py),
+    once a session for every test that reads them."""
+    from .fabric_store import serve
+
+    yield from serve(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's chromium without network, driven through the DevTools protocol (tests/browser.py)."""
+    from .browser import Browser
+
+    opened = Browser(tmp_path_factory.mktemp("browser"))
+    try:
+        yield opened
+    finally:
+        opened.close()

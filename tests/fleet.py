@@ -148,7 +148,8 @@ def _kmsg(path: Path, scenario: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def running_fleet(tmp: Path) -> Iterator[Fleet]:
+def running_fleet(tmp: Path, profile: dict[str, Any] | None = None) -> Iterator[Fleet]:
+    """The fleet, its rules rendered with ``profile`` (default: the mixin's TEST_PROFILE)."""
     healthy_sys, faulty_sys = tmp / "healthy-sys", tmp / "faulty-sys"
     sim_sysfs.build(healthy_sys, faulty=False)
     sim_sysfs.build(faulty_sys)
@@ -191,7 +192,9 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         ),
     }
     rules = tmp / "rules.yaml"
-    rules.write_text(mixin.render(mixin.load_config(None, mixin.TEST_PROFILE)))
+    rules.write_text(
+        mixin.render(mixin.load_config(None, mixin.TEST_PROFILE if profile is None else profile))
+    )
 
     agents: dict[str, AgentProcess] = {}
     servers: list[Any] = []

@@ -218,6 +218,18 @@ def test_merge_keeps_the_better_report_of_the_two_ends() -> None:
     )
 
 
+@pytest.mark.parametrize("order", [1, -1], ids=["higher-first", "higher-second"])
+def test_of_two_measured_reports_of_one_meeting_the_better_wins(order: int) -> None:
+    # Each end measured the run (the client and the server see slightly different rates), one end
+    # judged it short: a lost or garbled report can hide a shortfall, never invent one.
+    reports = [
+        Report(5, "h1", "h2", 1.2e9, True, 100.0, 110.0),
+        Report(5, "h2", "h1", 0.6e9, False, 105.0, 200.0),
+    ][::order]
+    (m,) = merge(reports)
+    assert (m.bandwidth, m.success) == (1.2e9, True)
+
+
 def test_json_has_the_spec_keys() -> None:
     result = _run(16, 20, 3, bad_hosts={"h3": 0.5}, p_busy=0)
     data = result.to_dict()
@@ -301,6 +313,56 @@ def test_reduce_series_ties_results_to_node_names_and_rounds() -> None:
     assert result.expected == 1.25e9
     target = '{instance="10.0.0.3:9845", job="clusterhealth"}'
     assert result.problems == [f"{target} exports fabric results but no clusterhealth_node_info"]
+
+
+def test_the_agents_expectation_is_their_median_not_the_highest() -> None:
+    # Three agents export the group's expectation; one was configured for another fabric.
+    targets = [{"instance": f"10.0.0.{i}:9845", "job": "clusterhealth"} for i in (1, 2, 3)]
+    expectations = [1.25e9, 1.25e9, 5e9]
+    result = reduce_series(
+        "fabric",
+        node_info=[],
+        rounds=[],
+        bandwidth=[],
+        peer_success=[],
+        expected=[
+            _series(
+                "clusterhealth_probe_expected_bandwidth_bytes_per_second",
+                {**target, "probe": "fabric"},
+                [(1000.0, value)],
+            )
+            for target, value in zip(targets, expectations, strict=True)
+        ],
+    )
+    assert result.expected == 1.25e9
+
+
+def test_a_window_in_which_an_agent_changed_its_name_is_credited_to_neither_name() -> None:
+    # The agent of 10.0.0.1 was h1 until the window ending at 1450 and h9 from it on: that window
+    # has both names, and its result is left out (the windows beside it hold it), not given to
+    # the new name or the old one.
+    a = {"instance": "10.0.0.1:9845", "job": "clusterhealth"}
+    steps = [1000.0, 1450.0, 1900.0]
+    result = reduce_series(
+        "fabric",
+        node_info=[
+            _series("clusterhealth_node_info", {**a, "node": "h1"}, [(1000.0, 1), (1450.0, 1)]),
+            _series("clusterhealth_node_info", {**a, "node": "h9"}, [(1450.0, 1), (1900.0, 1)]),
+        ],
+        rounds=[
+            _series("clusterhealth_probe_round", {**a, "probe": "fabric"}, [(t, t // 450) for t in steps]),
+        ],
+        bandwidth=[
+            _series(
+                "clusterhealth_probe_bandwidth_bytes_per_second",
+                {**a, "probe": "fabric", "peer": "h2"},
+                [(t, 1.2e9) for t in steps],
+            ),
+        ],
+        peer_success=[],
+    )
+    assert sorted((r.round, r.node) for r in result.reports) == [(2, "h1"), (4, "h9")]
+    assert result.nodes == {"h1", "h9"} and result.problems == []
 
 
 # --- who gets blamed: small hand-made tables, each with its verdict ------------------------------
@@ -521,6 +583,20 @@ def test_a_partners_meetings_with_the_suspect_do_not_count_against_the_partner()
 # --- small groups --------------------------------------------------------------------------------
 
 
+def test_fast_nodes_do_not_make_the_others_slow() -> None:
+    # Two of eight nodes measure 13 Gbit/s in every meeting they take part in, the others 10: the
+    # median node is a 10, so nobody is left out of the reference and nobody falls short. (Judged
+    # against the fastest node, six nodes would be "slow", the reference 13, every 10 short.)
+    fast = {"h1", "h2"}
+    meetings = [
+        _meeting(m.round, m.a, m.b, 13.0) if {m.a, m.b} & fast else m
+        for m in _round_robin(sim.node_names(8), 0, 14)
+    ]
+    result = analyze("fabric", meetings, window_seconds=14 * PERIOD)
+    assert result.reference == 10 * GBIT and result.reference_excludes == ()
+    assert result.suspects == [] and result.unconfirmed == []
+
+
 def test_one_slow_host_of_four_is_that_host_at_its_own_speed_not_a_slow_fleet() -> None:
     # In a group of four the slow host takes part in half the meetings: the median of all meetings
     # would land between its speed and the others' (a ratio of 0.67, and a "fleet" at 75 %).
@@ -709,6 +785,21 @@ def test_the_jobs_on_a_suspects_node_are_priced_each_with_its_own_gpus() -> None
     bare = analyze("fabric", _table(HOST_IN_THREE_ROUNDS), window_seconds=3 * PERIOD, jobs={"a": JOBS["a"]})
     assert "jobs" not in _impact(bare.suspects[0])
     assert _impact(bare.suspects[0])["gpu_hours_per_day"] == pytest.approx(HALF_LOST)
+
+
+def test_a_job_on_both_ends_of_a_path_is_priced_once() -> None:
+    # Job 4242 spans p and q (and 14 more GPUs elsewhere): the path slows it once, whichever end.
+    job = Job("slurm", "4242", "", "", 16)
+    alone = analyze("fabric", _table(PATH.format(q4="d")), window_seconds=4 * PERIOD, jobs={"p": [job]})
+    both = analyze(
+        "fabric", _table(PATH.format(q4="d")), window_seconds=4 * PERIOD, jobs={"p": [job], "q": [job]}
+    )
+    (path,) = both.suspects
+    assert path.hosts == ("p", "q")
+    assert [j["job"] for j in _impact(path)["jobs"]] == ["4242"]
+    # Job 4242 at r = 0.5: 384 × 21/43 GPU-h/day (see the test above), once.
+    assert _impact(path)["gpu_hours_per_day"] == pytest.approx(384 * 21 / 43)
+    assert _impact(path) == _impact(alone.suspects[0])
 
 
 def test_a_node_nobody_can_reach_costs_its_job_everything() -> None:

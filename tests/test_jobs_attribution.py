@@ -153,6 +153,42 @@ def _k8s(pod: str = "", job: str = "", namespace: str = "ml") -> Workload:
             ["mapping_dir"],
             True,
         ),
+        # a plain job id is compared whole: job 424 is not job 4242
+        (
+            [
+                Claim(0, Workload("slurm", "4242"), "cgroup"),
+                Claim(0, Workload("slurm", "424"), "mapping_dir"),
+            ],
+            ["mapping_dir"],
+            True,
+        ),
+        # an array task or heterogeneous component as a site's files name it runs as a job of its
+        # own id (task 7 of array 4242 as job 4249): the notation and a cgroup's id cannot be compared
+        (
+            [
+                Claim(0, Workload("slurm", "4249"), "cgroup"),
+                Claim(0, Workload("slurm", "4242_7"), "mapping_dir"),
+            ],
+            ["mapping_dir"],
+            False,
+        ),
+        (
+            [
+                Claim(0, Workload("slurm", "4244"), "cgroup"),
+                Claim(0, Workload("slurm", "4243+1"), "mapping_dir"),
+            ],
+            ["mapping_dir"],
+            False,
+        ),
+        # two tasks of one array named alike can
+        (
+            [
+                Claim(0, Workload("slurm", "4242_8"), "cgroup"),
+                Claim(0, Workload("slurm", "4242_7"), "mapping_dir"),
+            ],
+            ["mapping_dir"],
+            True,
+        ),
         # a pod's name and a pod's UID cannot be compared; two UIDs or two names can
         (
             [Claim(0, _k8s(job="u1"), "cgroup"), Claim(0, _k8s("a"), "pod_resources")],

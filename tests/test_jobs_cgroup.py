@@ -101,3 +101,19 @@ def test_running_slurm_jobs_are_their_cgroups_v1_or_v2(tmp_path: Path) -> None:
     empty = tmp_path / "idle" / "fs" / "cgroup" / "system.slice" / "slurmstepd.scope"
     empty.mkdir(parents=True)
     assert slurm_jobs(str(tmp_path / "idle")) == set()  # Slurm is there and runs no job
+
+
+def test_running_slurm_jobs_under_each_slurmd_of_a_node(tmp_path: Path) -> None:
+    # Several slurmd on one host: cgroup v2 gives each its `<node>_slurmstepd.scope` (the layout of
+    # fixtures/cgroup/slurm-v2-multiple-slurmd.txt), v1 its `slurm_<node>`.
+    v2 = tmp_path / "v2" / "fs" / "cgroup" / "system.slice"
+    (v2 / "gamba1_slurmstepd.scope" / "job_3385" / "step_interactive").mkdir(parents=True)
+    (v2 / "gamba2_slurmstepd.scope" / "job_3390").mkdir(parents=True)
+    (v2 / "sshd.service").mkdir()
+    assert slurm_jobs(str(tmp_path / "v2")) == {"3385", "3390"}
+    owner = owner_of((CGROUPS / "slurm-v2-multiple-slurmd.txt").read_text())
+    assert owner == CgroupOwner("slurm", job="3385")
+    v1 = tmp_path / "v1" / "fs" / "cgroup"
+    (v1 / "memory" / "slurm_gamba1" / "uid_100" / "job_77").mkdir(parents=True)
+    (v1 / "memory" / "slurm_gamba2" / "uid_100" / "job_78").mkdir(parents=True)
+    assert slurm_jobs(str(tmp_path / "v1")) == {"77", "78"}

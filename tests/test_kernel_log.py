@@ -11,6 +11,8 @@ import pytest
 from clusterhealth.checks.kernel_log import (
     KernelEvent,
     is_aer_device_report,
+    is_health_header,
+    is_health_syndrome,
     is_ib_port_line,
     is_informational,
     is_machine_check_notice,
@@ -84,10 +86,27 @@ def test_what_a_fault_counter_leaves_out_is_told_apart(entry: dict[str, Any]) ->
     assert event is not None
     if event.kind.startswith("pcie_aer_"):
         assert is_aer_device_report(event) is entry["counted"]
+    elif event.kind == "mlx5" and entry.get("after_header"):
+        # A fault of its own, but the dump's header before it counted it (the watcher pairs them).
+        assert is_health_syndrome(event) and not is_informational(event) and not entry["counted"]
     elif event.kind == "mlx5":
         assert is_informational(event) is not entry["counted"]
     else:
         assert not is_informational(event) and not is_aer_device_report(event)
+
+
+def test_a_health_dumps_header_and_syndrome_are_mlx5_events() -> None:
+    # The header of a 6.x dump (lore: qemu-devel, in extra_lines.json) and the syndrome line of a dump
+    # (lore: netdev 2021, in the shared fixture), each a fault of the ConnectX function.
+    header = next(e["line"] for e in EXTRA if "Health issue observed, " in e["line"])
+    syndrome = next(e["line"] for e in EXPECTED if ": synd 0x" in e["line"])
+    for line, is_header in ((header, True), (syndrome, False)):
+        event = parse_line(line)
+        assert event is not None and event.kind == "mlx5", line
+        assert not is_informational(event)
+        assert (is_health_header(event), is_health_syndrome(event)) == (is_header, not is_header)
+    register = next(e["line"] for e in EXTRA if ": assert_var[0] " in e["line"])
+    assert parse_line(register) is None
 
 
 def test_the_ib_ports_own_link_down_line_is_told_from_the_netdevs() -> None:

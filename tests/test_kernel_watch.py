@@ -383,12 +383,48 @@ def test_a_health_poll_failure_and_its_dump_count_twice_not_once_per_line(tmp_pa
     episode = [e["line"] for e in EXTRA if e["source"] == QEMU_DEVEL]
     assert len(episode) == 19  # the poller's line and the 18 lines of the dump
     collector, _ = watch(tmp_path, [(445.9 + i / 1000, line) for i, line in enumerate(episode)])
-    # "device's health compromised" from the poller, and the dump's "synd 0x1: firmware internal error".
+    # "device's health compromised" from the poller, and the dump's header; its syndrome line, 17 ms
+    # later, is the same fault.
     assert collector.events["mlx5"] == 2
     assert [e.message.split(": ", 1)[1] for e in collector.recent] == [
         "poll_health:801:(pid 0): device's health compromised - reached miss count",
-        "print_health_info:447:(pid 0): synd 0x1: firmware internal error",
+        "print_health_info:431:(pid 0): Health issue observed, firmware internal error, severity(3) ERROR:",
     ]
+
+
+HEALTH_HEADER = next(e["line"] for e in EXTRA if "Health issue observed, " in e["line"])
+HEALTH_SYNDROME = next(e["line"] for e in EXTRA if e["source"] == QEMU_DEVEL and ": synd 0x" in e["line"])
+# An older kernel's dump has no header (lore: netdev 2021, the shared fixture), on another function.
+OLDER_SYNDROME = next(line for line in LINES if ": synd 0x" in line)
+
+
+@pytest.mark.parametrize(
+    ("records", "faults"),
+    [
+        pytest.param([(445.0, HEALTH_HEADER)], 1, id="header-alone"),
+        pytest.param([(445.0, HEALTH_HEADER), (445.0001, HEALTH_SYNDROME)], 1, id="header-and-syndrome"),
+        pytest.param([(10.0, OLDER_SYNDROME)], 1, id="older-kernel-syndrome-alone"),
+        pytest.param(
+            [(445.0, HEALTH_HEADER), (445.0001, OLDER_SYNDROME)], 2, id="syndrome-of-another-function"
+        ),
+        pytest.param(
+            [
+                (445.0, HEALTH_HEADER),
+                (445.0001, HEALTH_SYNDROME),
+                (505.0, HEALTH_HEADER),
+                (505.0001, HEALTH_SYNDROME),
+            ],
+            2,
+            id="two-dumps",
+        ),
+        pytest.param([(445.0, HEALTH_HEADER), (500.0, HEALTH_SYNDROME)], 2, id="syndrome-long-after"),
+    ],
+)
+def test_a_health_dump_counts_once_by_its_header_or_its_syndrome(
+    tmp_path: Path, records: list[tuple[float, str]], faults: int
+) -> None:
+    collector, _ = watch(tmp_path, records)
+    assert collector.events["mlx5"] == faults
 
 
 NETDEV_DOWN = "[Tue Feb 14 18:48:25 2023] mlx5_core 0000:02:00.0 ens2f0np0: Link down"

@@ -11,7 +11,13 @@ lab), a host at half speed with a ratio of about 0.5 and no fleet-wide slowdown,
 bandwidth-bound all-reduce through it takes twice as long (the lab's links are slow enough that
 the stated job's step is all communication, so its step takes twice as long too). Meanwhile two
 more labs check the clean-up: one interrupted with Ctrl-C although started with SIGINT ignored (as
-from a background job), one whose Prometheus fails to start.
+from a background job), one whose Prometheus fails to start. The remediator, in dry-run with
+`--fabric` over the same Prometheus (the lab's `remediate` report), would act on the degraded host
+alone, priced, and on nothing in the others.
+
+Each lab writes the report of its run (`clusterhealth report`'s page) beside its verdict; the
+degraded host's and the healthy lab's are opened in Debian's chromium without network
+(tests/browser.py), from the same runs.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 
@@ -35,6 +42,7 @@ from clusterhealth.checks.fabric.schedule import Schedule
 from clusterhealth.checks.fabric.simulation import node_names as sim_nodes
 from clusterhealth.fleet.lab import LabSpec, minimum_period
 
+from .browser import Browser, matrix, ratios
 from .conftest import CLUSTERHEALTH, run_cli
 
 HOSTS, ROUNDS = 8, 5
@@ -67,13 +75,14 @@ class Running:
 
 
 def _lab(
-    *args: str, env: dict[str, str] | None = None, sigint_ignored: bool = False
+    *args: str, env: dict[str, str] | None = None, sigint_ignored: bool = False, cwd: Path | None = None
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [CLUSTERHEALTH, "lab", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
         # A shell starts a background job with SIGINT ignored, and the lab inherits it.
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
@@ -81,15 +90,24 @@ def _lab(
 
 
 @pytest.fixture(scope="module")
-def labs() -> Iterator[dict[str, Running]]:
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The labs' working directory, where each writes its report."""
+    return tmp_path_factory.mktemp("lab-reports")
+
+
+@pytest.fixture(scope="module")
+def labs(reports: Path) -> Iterator[dict[str, Running]]:
     _needs_root()
     common = ["--hosts", str(HOSTS), "--rounds", str(ROUNDS), "--json"]
     started = {
-        "host": Running(_lab(*common, "--degrade-host", "h3", "--restart-prometheus", "2"), time.monotonic()),
-        "path": Running(_lab(*common, "--degrade-path", "first"), time.monotonic()),
-        "healthy": Running(_lab(*common), time.monotonic()),
+        "host": Running(
+            _lab(*common, "--degrade-host", "h3", "--restart-prometheus", "2", cwd=reports), time.monotonic()
+        ),
+        "path": Running(_lab(*common, "--degrade-path", "first", cwd=reports), time.monotonic()),
+        "healthy": Running(_lab(*common, "--report", str(reports / "healthy.html")), time.monotonic()),
         "small": Running(
-            _lab("--hosts", "4", "--rounds", str(ROUNDS), "--degrade-host", "h2"), time.monotonic()
+            _lab("--hosts", "4", "--rounds", str(ROUNDS), "--degrade-host", "h2", cwd=reports),
+            time.monotonic(),
         ),
         "uplink": Running(
             _lab(*TREE, "--degrade-uplink", UPLINK, "--degrade-host", TREE_HOST), time.monotonic()
@@ -158,7 +176,9 @@ def test_a_failure_midway_removes_everything_too(labs: dict[str, Running], tmp_p
     assert not Path(workdir).exists()
 
 
-def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs: dict[str, Running]) -> None:
+def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(
+    labs: dict[str, Running], reports: Path, browser: Browser
+) -> None:
     code, result, err = labs["host"].result()
     assert code == 1, err
     assert [(s["kind"], s["suspect"]) for s in result["suspects"]] == [("host", "h3")], err
@@ -186,6 +206,38 @@ def test_a_degraded_host_is_named_as_that_host_across_a_prometheus_restart(labs:
     assert len(partners) == len(set(partners)) and sum(p["meetings"] for p in evidence["short_with"]) == len(
         evidence["meetings"]
     )
+    # The remediator, in dry-run with --fabric over the same Prometheus, would act on that host
+    # alone, as a person's inspection, with analyze's price on it.
+    remediate = lab["remediate"]
+    (order,) = remediate["would"]
+    assert (order["node"], order["operation"], order["action"]) == ("h3", "quarantine", "inspect")
+    assert order["reason"].startswith("clusterhealth: inspect: fabric fabric: h3 at ")
+    assert order["impact"] == result["suspects"][0]["impact"]
+    assert remediate["exit"] == 1 and remediate["problem"] is None
+    # Its report, beside the verdict: written in the directory the lab ran in, and its path said.
+    path = Path(lab["report"])
+    assert path == reports / f"lab-{lab['prefix']}.html" and f"report written to {path}" in err
+    looked = browser.look(path)
+    try:
+        assert looked.requests == [looked.url] and looked.failed == [] and looked.console_errors == []
+        (row,) = [line.split("\t") for line in looked.text("#suspects").splitlines() if line.startswith("h3")]
+        assert row[1] == "host" and row[-1] == "h3"
+        # Degraded from the start: every pair of h3 that met is slow, row and column.
+        cells = matrix(looked, "latest")
+        met = {m["peer"] for m in evidence["meetings"]}
+        assert len(met) >= 3
+        for partner in met:
+            assert cells.ratio("h3", partner) < 0.8 and cells.ratio(partner, "h3") < 0.8, partner
+        measured = [
+            (a, b)
+            for a in cells.nodes
+            for b in cells.nodes
+            if "h3" not in (a, b) and a < b and not np.isnan(cells.ratio(a, b))
+        ]
+        assert len(measured) >= 8
+        assert all(cells.ratio(a, b) >= 0.8 for a, b in measured), measured
+    finally:
+        looked.close()
 
 
 def _assert_half_speed_price(impact: dict[str, Any], reference: float) -> None:
@@ -225,8 +277,11 @@ def test_a_degraded_host_of_four_is_that_host_at_half_speed_not_a_slow_fleet(
         assert len(re.findall(rf"\b{partner} ", evidence)) == 1, evidence
     assert re.search(r"\(\d meetings\)", evidence), "five rounds of four: a partner met twice"
     assert out.rstrip().endswith(
-        "lab: 4 hosts, 5 rounds of 20 s; host h2 degraded to 0.5: named after round 3"
+        "lab: 4 hosts, 5 rounds of 20 s; host h2 degraded to 0.5: named after round 3; "
+        "the remediator (dry-run) would quarantine h2 (inspect)"
     )
+    report = next(line for line in out.splitlines() if line.startswith("report: "))
+    assert Path(report.removeprefix("report: ")).is_file(), out
 
 
 def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running]) -> None:
@@ -241,16 +296,34 @@ def test_a_degraded_path_is_named_as_a_path_not_a_host(labs: dict[str, Running])
     assert evidence["rounds"][1] == evidence["rounds"][0] + 1, "a meeting and its confirmation"
     _assert_half_speed_price(result["suspects"][0]["impact"], result["reference_bandwidth_bytes_per_second"])
     assert result["lab"]["named_after_rounds"] == 3, result["lab"]["history"]
+    # A path is not one host's fault: the remediator leaves both ends alone.
+    assert result["lab"]["remediate"]["would"] == []
 
 
-def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running]) -> None:
+def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running], reports: Path, browser: Browser) -> None:
     code, result, err = labs["healthy"].result()
     assert code == 0, err
     assert result["suspects"] == [] and result["lab"]["degraded"] is None
     # The group's median is near the agents' expectation: no fleet finding, nothing to price.
     assert result["fleet"]["slowdown"] is False and result["fleet"]["impact"] is None
     assert all(e.get("suspects", []) == [] for e in result["lab"]["history"])
+    assert result["lab"]["remediate"] == {"exit": 0, "problem": None, "would": []}
     assert result["rounds"] >= ROUNDS and result["meetings"] >= ROUNDS * HOSTS // 2
+    # Its report (--report): "no suspect", and no slow colour but for a pair analyze itself lists
+    # as short once (an unconfirmed single; real links may have one).
+    assert result["lab"]["report"] == str(reports / "healthy.html")
+    looked = browser.look(reports / "healthy.html")
+    try:
+        assert looked.requests == [looked.url] and looked.failed == [] and looked.console_errors == []
+        assert looked.text("#summary") == "no suspect"
+        cells = matrix(looked, "worst")
+        singles = {tuple(s["hosts"]) for s in result["unconfirmed"]}
+        slow = [(a, b) for a in cells.nodes for b in cells.nodes if a < b and cells.ratio(a, b) < 0.8]
+        assert set(slow) <= singles, (slow, singles)
+        seen = ratios(cells.pixels(), cells.colormap)
+        assert np.count_nonzero(seen < 0.8) <= len(singles) * 2 * cells.cell**2
+    finally:
+        looked.close()
 
 
 def _tree_lab(running: Running) -> tuple[dict[str, Any], dict[tuple[str, str], int | None]]:

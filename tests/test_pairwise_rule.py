@@ -5,6 +5,8 @@
 the rule (deploy/prometheus/clusterhealth_mixin/fleet_cases.py):
 
 * `hostfault`: h1 is bad, every meeting with it fails; the rule names h1 and none of its partners;
+* `hostthree`: h1 fails with its first three partners and is fine with the fourth: named with
+  three, exactly the partners the rule needs (`pairwise_host_partners`);
 * `pathfault`: h2 and h5 fail together (a meeting and its confirmation), each fine with others;
   not a host: the rule names nobody (that is `analyze`'s job);
 * `slowfleet`: every meeting fails; nobody is clean, the rule names nobody (a fleet-wide finding);

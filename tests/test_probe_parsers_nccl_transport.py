@@ -10,6 +10,7 @@ import pytest
 
 from clusterhealth.checks.probe_parsers import parse
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport, network_family, read_transport
+from clusterhealth.checks.probes.transport import NodeLinks, fallback
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl-tests"
 DEBUG_INFO = FIXTURES / "nccl-debug-info"
@@ -59,6 +60,10 @@ EXPECTED: dict[str, tuple[Transport, str]] = {
         "libibverbs missing: only the `NET/Socket : Using` device line",
     ),
     "nccl-issue-1817_socket_without_libibverbs.log": (T("Socket"), "`Using network Socket`"),
+    "nccl-issue-1817_shm_run_socket_without_libibverbs.log": (
+        T("Socket"),
+        "`Using network Socket`; alone, nothing says that the run stayed inside one node",
+    ),
     "nccl-issue-1121_ib_no_device_found_socket.log": (
         T("Socket"),
         "`NET/IB : No device found.`, then the socket device line",
@@ -89,12 +94,18 @@ EXPECTED: dict[str, tuple[Transport, str]] = {
         T(intra="mixed"),
         "one run (pid 3884652) with SHM between some GPU pairs and P2P between others",
     ),
+    "nccl-issue-644_p2p_direct_pointer_and_direct_shared_memory.log": (
+        T(intra="mixed"),
+        "NCCL 2.7.8: `via direct shared memory` between some GPU pairs, `P2P/direct pointer` between others",
+    ),
     # Nothing said.
     "nccl-issue-1189_info_lines_around_the_header_0_nvls_channels.log": (
         T(),
         "INFO lines but none about transports; a channel line cut before `via`",
     ),
     "nccl-issue-1453_hydra_tags_rows_after_the_split_row.log": (T(), "rows only"),
+    "nccl-tests-issue-213_nnodes_1.log": (T(), "`nNodes 1` alone says no transport"),
+    "nccl-issue-1189_nnodes_2.log": (T(), "`nNodes 2` alone says no transport"),
 }
 # The nccl-tests captures (tests/test_probe_parsers_nccl_tests.py) whose INFO lines say something.
 CAPTURES = {
@@ -167,6 +178,63 @@ def test_a_second_run_with_shm_makes_p2p_mixed() -> None:
     assert read_transport(p2p + shm).intra == "mixed"
     assert read_transport(nvls + shm).intra == "mixed"
     assert read_transport(p2p + nvls).intra == "NVLS"
+
+
+def test_before_nccl_2_13_shared_memory_was_direct_shared_memory() -> None:
+    # One process driving 8 GPUs on two CPU sockets (NCCL 2.7.8): P2P within a socket's PCIe tree,
+    # host memory across. Read alone, the old SHM lines are SHM too.
+    lines = (DEBUG_INFO / "nccl-issue-644_p2p_direct_pointer_and_direct_shared_memory.log").read_text()
+    shm_only = "".join(line for line in lines.splitlines(keepends=True) if "direct shared memory" in line)
+    assert shm_only and read_transport(shm_only) == T(intra="SHM")
+    assert read_transport(lines) == T(intra="mixed")
+
+
+# Two stored parts of one run of issue 1817 (8 x L20 on one host, libibverbs missing): its start-up
+# lines (`Using network Socket`) and its channel lines (none via NET/).
+ONE_NODE_RUNS = {
+    "p2p run (pid 3884994)": (
+        "nccl-issue-1817_socket_without_libibverbs.log",
+        "nccl-issue-1817_p2p_lines_after_the_header.log",
+        T(intra="P2P"),
+    ),
+    "shm run (pid 3884652)": (
+        "nccl-issue-1817_shm_run_socket_without_libibverbs.log",
+        "nccl-issue-1817_mixed_shm_and_p2p.log",
+        T(intra="mixed"),
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(ONE_NODE_RUNS))
+def test_a_single_node_run_that_chose_sockets_used_no_network(run: str) -> None:
+    start_up, channels, expected = ONE_NODE_RUNS[run]
+    text = (DEBUG_INFO / start_up).read_text() + (DEBUG_INFO / channels).read_text()
+    assert "Using network Socket" in text and "via NET/" not in text
+    assert read_transport(text) == expected
+    result = parse("nccl-tests", text)
+    assert result.transport == expected
+    assert result.to_dict()["transport"]["net"] is None
+    # Sockets NCCL loaded but never used are no fallback on a node with RDMA devices.
+    assert fallback(result.transport, NodeLinks.of(["mlx5_0", "mlx5_1"], None)) is None
+
+
+def test_nccl_s_node_count_decides_whether_the_network_was_used() -> None:
+    # Real outputs read as one (no capture holds all of these lines): NCCL chose IB, and its
+    # communicator spans one node: no network carried anything.
+    one_node = (DEBUG_INFO / "nccl-tests-issue-213_nnodes_1.log").read_text()
+    chose_ib = (DEBUG_INFO / "nccl-tests-issue-228_net_ib.log").read_text()
+    assert read_transport(chose_ib + one_node) == T()
+    # NCCL's IB plugin judges GPUDirect RDMA per HCA at start-up, whether the run then uses the
+    # network or not: on one node that verdict says nothing about the run.
+    gdr_disabled_for_hca = (DEBUG_INFO / "nccl-issue-1537_roce_gdr_disabled_for_hca.log").read_text()
+    assert read_transport(gdr_disabled_for_hca).gdrdma is False
+    assert read_transport(gdr_disabled_for_hca + one_node) == T()
+    # A communicator over two nodes whose captured channels happen to stay inside a node (a cut
+    # capture): what NCCL chose still stands.
+    two_nodes = (DEBUG_INFO / "nccl-issue-1189_nnodes_2.log").read_text()
+    start_up, channels, _ = ONE_NODE_RUNS["p2p run (pid 3884994)"]
+    p2p_run = (DEBUG_INFO / start_up).read_text() + (DEBUG_INFO / channels).read_text()
+    assert read_transport(two_nodes + p2p_run) == T("Socket", None, "P2P")
 
 
 def test_lines_without_nccl_info_are_not_read() -> None:

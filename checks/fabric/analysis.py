@@ -775,26 +775,7 @@ def _time(t: float) -> str:
 
 def render_table(analysis: Analysis) -> str:
     """The human view: one line per suspect, then the unconfirmed ones, then a summary."""
-    lines = []
-    head = (
-        f"probe {analysis.probe}: {analysis.nodes} nodes, {analysis.rounds} rounds, "
-        f"{analysis.meetings} meetings in {_span(analysis.window_seconds)}"
-    )
-    if analysis.reference is not None:
-        head += f"; reference {_rate(analysis.reference)} (the group's median"
-        if analysis.reference_excludes:
-            head += f" without the meetings of {', '.join(analysis.reference_excludes)}"
-        head += ")"
-    lines.append(head)
-    if analysis.expected is not None and analysis.reference is not None:
-        ratio = analysis.reference / analysis.expected
-        if analysis.fleet_slowdown:
-            lines.append(
-                f"FLEET-WIDE SLOWDOWN: the group's median is {ratio:.0%} of the agents' expectation "
-                f"{_rate(analysis.expected)}; suspects below are judged against the median"
-            )
-            if analysis.fleet_impact is not None:
-                lines.append(f"  costs {_impact_text(analysis.fleet_impact)}")
+    lines = [headline(analysis), *fleet_lines(analysis)]
     for problem in analysis.problems:
         lines.append(f"partial data: {problem}")
     if analysis.partial and not analysis.not_enough_evidence:
@@ -802,40 +783,87 @@ def render_table(analysis: Analysis) -> str:
     if analysis.not_enough_evidence:
         lines.append(f"not enough evidence: {analysis.not_enough_evidence}")
         return "\n".join(lines) + "\n"
-    header = (
-        "SUSPECT",
-        "KIND",
-        "RATIO",
-        "STEP",
-        "GPU-H/DAY",
-        "EVIDENCE",
-        "ROUNDS",
-        "FIRST SEEN",
-        "LAST SEEN",
-    )
-    rows = [_row(s) for s in analysis.suspects]
+    rows = [suspect_row(s) for s in analysis.suspects]
     if rows:
         lines.append("")
-        lines.extend(_columns([header, *rows]))
+        lines.extend(_columns([COLUMNS, *rows]))
         lines.append("")
-        lines.append(_workload_text(analysis.workload))
-        for s in analysis.suspects:
-            if s.impact is not None and s.impact.jobs:
-                jobs = "; ".join(
-                    f"{_job_text(job)} ({job.gpus} GPUs) step {_times(step)}, {lost:.0f} GPU-h/day"
-                    for job, step, lost in s.impact.jobs
-                )
-                lines.append(f"jobs on {s.name}: {jobs}")
+        lines.append(workload_text(analysis.workload))
+        lines.extend(jobs_line(s) for s in analysis.suspects if s.impact is not None and s.impact.jobs)
     else:
         lines.append("no suspect")
     if analysis.unconfirmed:
         lines.append("")
         lines.append("unconfirmed (not suspects):")
-        lines.extend(_columns([header, *(_row(s) for s in analysis.unconfirmed)]))
+        lines.extend(_columns([COLUMNS, *(suspect_row(s) for s in analysis.unconfirmed)]))
     return "\n".join(lines) + "\n"
 
 
-def _workload_text(w: cost.Workload) -> str:
+# The columns of a suspect's row (``suspect_row``), in the table and in the report.
+COLUMNS = (
+    "SUSPECT",
+    "KIND",
+    "RATIO",
+    "STEP",
+    "GPU-H/DAY",
+    "EVIDENCE",
+    "ROUNDS",
+    "FIRST SEEN",
+    "LAST SEEN",
+)
+
+
+def headline(analysis: Analysis) -> str:
+    """The group, its size and the reference it was judged against, on one line."""
+    head = (
+        f"probe {analysis.probe}: {analysis.nodes} nodes, {analysis.rounds} rounds, "
+        f"{analysis.meetings} meetings in {_span(analysis.window_seconds)}"
+    )
+    if analysis.reference is not None:
+        head += f"; reference {rate_text(analysis.reference)} (the group's median"
+        if analysis.reference_excludes:
+            head += f" without the meetings of {', '.join(analysis.reference_excludes)}"
+        head += ")"
+    return head
+
+
+def summary(analysis: Analysis) -> str:
+    """The verdict in a few words: who is suspected, "no suspect", or why there is no verdict."""
+    if analysis.not_enough_evidence:
+        return f"no verdict: {analysis.not_enough_evidence}"
+    if not analysis.suspects:
+        return "no suspect"
+    count = len(analysis.suspects)
+    named = ", ".join(f"{s.name} ({s.kind})" for s in analysis.suspects)
+    return f"{count} suspect{'s' if count > 1 else ''}: {named}"
+
+
+def fleet_lines(analysis: Analysis) -> list[str]:
+    """The fleet-wide slowdown and its price, when there is one."""
+    if analysis.expected is None or analysis.reference is None or not analysis.fleet_slowdown:
+        return []
+    ratio = analysis.reference / analysis.expected
+    lines = [
+        f"FLEET-WIDE SLOWDOWN: the group's median is {ratio:.0%} of the agents' expectation "
+        f"{rate_text(analysis.expected)}; suspects below are judged against the median"
+    ]
+    if analysis.fleet_impact is not None:
+        lines.append(f"  costs {_impact_text(analysis.fleet_impact)}")
+    return lines
+
+
+def jobs_line(s: Suspect) -> str:
+    """The jobs on a suspect's nodes and what each loses (job attribution)."""
+    priced = (s.impact.jobs if s.impact is not None else None) or ()
+    jobs = "; ".join(
+        f"{_job_text(job)} ({job.gpus} GPUs) step {_times(step)}, {lost:.0f} GPU-h/day"
+        for job, step, lost in priced
+    )
+    return f"jobs on {s.name}: {jobs}"
+
+
+def workload_text(w: cost.Workload) -> str:
+    """What STEP and GPU-H/DAY price: the stated workload."""
     return (
         f"STEP: how much longer a step takes for a data-parallel job of {w.gpus} GPUs spanning the suspect "
         f"({w.params / 1e9:g}B parameters x {w.bytes_per_param:g} bytes of gradients in a ring all-reduce, "
@@ -875,7 +903,8 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def _row(s: Suspect) -> tuple[str, ...]:
+def suspect_row(s: Suspect) -> tuple[str, ...]:
+    """A suspect as the columns of ``COLUMNS``."""
     e = s.evidence
     if s.kind == "host":
         partners = e["short_with"]
@@ -949,5 +978,5 @@ def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def _rate(bytes_per_second: float) -> str:
+def rate_text(bytes_per_second: float) -> str:
     return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s ({bytes_per_second / 1e9:.2f} GB/s)"

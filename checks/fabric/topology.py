@@ -77,6 +77,19 @@ def leaves(
     return {leaf: sorted(found[leaf], key=natural) for leaf in sorted(found, key=natural)}
 
 
+def outermost_first(placement: Mapping[str, Placement]) -> dict[str, tuple[str, ...]]:
+    """Each placed node's places from the outermost in: (pod, spine, leaf) as far as known, or its
+    NVLink domain alone where no leaf is known; as the report groups and orders nodes."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node, place in placement.items():
+        parts = tuple(p for p in (place.pod, place.spine, place.leaf) if p) if place.leaf else ()
+        if not parts and place.nvlink_domain:
+            parts = (place.nvlink_domain,)
+        if parts:
+            found[node] = parts
+    return found
+
+
 def natural(name: str) -> tuple[tuple[int, int | str], ...]:
     """A sort key that puts h2 before h10 and leaf-9 before leaf-10."""
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)

@@ -5,7 +5,12 @@ chose when a communicator starts. What is read, and from which lines (every form
 capture under tests/fixtures/nccl-tests, with its source in that folder's README):
 
 * The network (``net``), first from the channels that really carried data, then from what NCCL
-  chose, then from the devices a network transport listed at start-up:
+  chose, then from the devices a network transport listed at start-up. NCCL loads a network and
+  says ``Using network Socket`` (or IB) in a single-node run too, whose channels then all stay
+  inside the node: ``net`` is None, and nothing is said of GPUDirect RDMA, when NCCL's communicator
+  spans one node (``comm 0x... rank 0 nRanks 8 nNodes 1 ...``, NCCL 2.20 and later) or, without
+  that line, when channels between GPUs were set up and none went through the network (a cut
+  capture of a multi-node run whose lines say ``nNodes 2`` keeps what NCCL chose):
 
   - ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`` (``Ring 00 : ...`` before NCCL 2.5,
     ``Channel 00 : ...`` before the connection index was printed). NCCL's format is
@@ -25,7 +30,8 @@ capture under tests/fixtures/nccl-tests, with its source in that folder's README
   lines (false).
 * The intra-node transport (``intra``), from the channels between GPUs of one node: ``P2P`` for
   ``via P2P/IPC``, ``P2P/CUMEM``, ``P2P/direct pointer`` (with or without ``/read``); ``SHM`` for
-  ``via SHM/...`` (peer access is off, so data goes through host memory); ``NVLS`` once NVLink
+  ``via SHM/...`` (NCCL 2.13 and later) or ``via direct shared memory`` (NCCL 2.3 to 2.12) (peer
+  access is off, so data goes through host memory); ``NVLS`` once NVLink
   SHARP buffers are set up (``NVLS comm 0x... headRank ...``), which only NVSwitch systems with
   peer access have. ``mixed`` when the channels disagree on peer access: some pairs of GPUs are
   connected through P2P or NVLS and others through SHM, as when only the GPUs behind one PCIe
@@ -52,8 +58,10 @@ _NET_DEVICES = re.compile(r"\bNCCL INFO NET/(?P<name>\w+) : Using \[")
 _GDR_ENABLED = re.compile(r"\bGPU Direct RDMA Enabled for\b")
 _GDR_DISABLED = re.compile(r"\bGPU Direct RDMA Disabled for\b")
 _P2P_CHANNEL = re.compile(r"\bvia P2P/")
-_SHM_CHANNEL = re.compile(r"\bvia SHM/")
+# NCCL 2.13 renamed `via direct shared memory` (src/transport/shm.cc) to `via SHM/<send>/<recv>`.
+_SHM_CHANNEL = re.compile(r"\bvia (?:SHM/|direct shared memory\b)")
 _NVLS_SETUP = re.compile(r"\bNCCL INFO NVLS comm 0x")
+_NODES = re.compile(r"\bNCCL INFO comm 0x[0-9a-f]+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+)\b")
 _INFO = re.compile(r"\bNCCL INFO\b")
 
 # Plugins' names for themselves -> the transport family reported.
@@ -114,6 +122,7 @@ class TransportReader:
         self._p2p = False
         self._shm = False
         self._nvls = False
+        self._nodes: int | None = None
 
     def line(self, line: str) -> bool:
         """Read one line; False if it is not an NCCL INFO line (nothing read)."""
@@ -137,12 +146,24 @@ class TransportReader:
             self._shm = True
         elif _NVLS_SETUP.search(line):
             self._nvls = True
+        elif match := _NODES.search(line):
+            self._nodes = max(self._nodes or 0, int(match.group("nodes")))
         return True
 
     def result(self) -> Transport:
         return Transport(self._net(), self._gdrdma(), self._intra())
 
+    def _inside_one_node(self) -> bool:
+        """Whether the run used no network: one node, or GPU channels and none through the network."""
+        if self._channel_nets:
+            return False
+        if self._nodes is not None:
+            return self._nodes == 1
+        return self._p2p or self._shm
+
     def _net(self) -> str | None:
+        if self._inside_one_node():
+            return None
         for seen in (self._channel_nets, self._chosen_nets):
             if seen:
                 return seen.most_common(1)[0][0]
@@ -153,6 +174,8 @@ class TransportReader:
         return (others or self._device_nets).most_common(1)[0][0]
 
     def _gdrdma(self) -> bool | None:
+        if self._inside_one_node():
+            return None
         if self._channel_nets:
             return self._gdr_channels > 0
         if self._gdr_enabled:

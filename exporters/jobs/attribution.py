@@ -11,15 +11,28 @@ between its steps and cannot name a pod (only its UID). So for each GPU the clai
 source in that order that claims it are the GPU's workloads (several when jobs share it); the
 others are only compared with them. A lower source's workload that contradicts every workload of
 the winner makes the GPU a conflict: another scheduler, another Slurm job, another pod UID. A pod
-named by pod-resources and a pod UID from a cgroup cannot be compared and never conflict.
+named by pod-resources and a pod UID from a cgroup cannot be compared and never conflict; nor can
+a Slurm array task or heterogeneous component as a site's mapping files may name it (`4242_7`,
+`4243+1`) and the job id of a cgroup: each task and component has a job id of its own
+(SLURM_JOB_ID, `job_<id>` in its cgroup), which that notation does not say.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 PRECEDENCE = ("pod_resources", "mapping_dir", "cgroup")
+# A Slurm job id as SLURM_JOB_ID and the cgroup's `job_<id>` give it; `4242_7` (array job 4242,
+# task 7) and `4243+1` (heterogeneous job 4243, component 1) are other notations of a job.
+_SLURM_JOB_ID = re.compile(r"\d+")
+
+
+def is_slurm_job_id(job: str) -> bool:
+    """Whether `job` is a Slurm job id itself, the one in its cgroup (not an array task's or a
+    heterogeneous component's notation, which names its job some other way)."""
+    return _SLURM_JOB_ID.fullmatch(job) is not None
 
 
 @dataclass(frozen=True, order=True)
@@ -53,6 +66,8 @@ def _contradicts(winner: Workload, other: Workload) -> bool:
     if winner.scheduler != other.scheduler:
         return True
     if winner.scheduler == "slurm":
+        if is_slurm_job_id(winner.job) != is_slurm_job_id(other.job):
+            return False  # `4242_7` against `job_4249`: the notation does not say the task's own id
         return winner.job != other.job
     if bool(winner.pod) != bool(other.pod):
         return False  # a pod's name against a pod UID: nothing to compare
@@ -96,4 +111,4 @@ def merge(claims: Iterable[Claim]) -> Attribution:
     return Attribution(tuple(kept), conflicts)
 
 
-__all__ = ["PRECEDENCE", "Attribution", "Claim", "Workload", "merge"]
+__all__ = ["PRECEDENCE", "Attribution", "Claim", "Workload", "is_slurm_job_id", "merge"]

@@ -36,7 +36,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from clusterhealth.exporters import sysfs
 from clusterhealth.exporters.base import CollectorFailed, NoData
 from clusterhealth.exporters.gpu import GpuReading, GpuState, MigDevice
-from clusterhealth.exporters.jobs.attribution import PRECEDENCE, Attribution, Claim, Workload, merge
+from clusterhealth.exporters.jobs.attribution import (
+    PRECEDENCE,
+    Attribution,
+    Claim,
+    Workload,
+    is_slurm_job_id,
+    merge,
+)
 from clusterhealth.exporters.jobs.cgroup import read_owner, slurm_jobs
 from clusterhealth.exporters.jobs.mapping import read_mapping_dir
 from clusterhealth.exporters.jobs.podresources import (
@@ -72,6 +79,19 @@ class _Known:
 
 # What the collector hands `check` after each run: the merged attribution, or None and why not.
 Publish = Callable[[Attribution | None, str | None], None]
+
+
+def _ended(job: str, running: set[str]) -> bool:
+    """Whether the job a mapping file names has ended, by the Slurm jobs that have a cgroup here.
+
+    A cgroup is named by the job's own id, so only that id can be looked up. An array task (`4242_7`)
+    or a heterogeneous component (`4243+1`) has an id of its own too (task 7 may run as job 4249, and
+    job 4242 is another task), which that notation does not say: it has ended only when no Slurm job
+    at all runs on the node.
+    """
+    if is_slurm_job_id(job):
+        return job not in running
+    return not running
 
 
 class JobsCollector:
@@ -168,7 +188,7 @@ class JobsCollector:
             jobs = f.jobs
             # The Prolog writes a file before slurmstepd makes the job's cgroup: a young file stays.
             if running is not None and now - f.modified > self.mapping_grace_seconds:
-                jobs = tuple(j for j in jobs if j.split("_")[0].split("+")[0] in running)
+                jobs = tuple(j for j in jobs if not _ended(j, running))
                 if f.jobs and not jobs:
                     result.expired_files += 1
                     result.notes.append(f"{self.mapping_dir}/{f.name}: job {', '.join(f.jobs)} has ended")

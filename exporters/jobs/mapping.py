@@ -72,16 +72,19 @@ def read_mapping_dir(path: str) -> MappingRead | None:
         name = _NAME.fullmatch(entry.name)
         if name is None:
             continue  # dcgm-exporter skips other names too (a lock file, an editor's backup)
+        # An Epilog may remove a file at any moment after the listing: gone is no problem.
         try:
             if not entry.is_file():
                 continue
             modified = entry.stat().st_mtime
+        except FileNotFoundError:
+            continue
         except OSError as error:
             read.problems.append(f"{entry.name}: {sysfs.errno_name(error)}")
             continue
         raw = sysfs.read_raw(entry.path, limit=MAX_FILE_BYTES + 1)
         if isinstance(raw, sysfs.Failure):
-            if raw.reason != "ENOENT":  # removed by an Epilog since it was listed
+            if raw.reason != "ENOENT":
                 read.problems.append(f"{entry.name}: {raw.reason}")
             continue
         if len(raw) > MAX_FILE_BYTES:

@@ -54,6 +54,7 @@ H1_IMPACT = recording_cases.impact(5e8, 1.2e9)
 # The pairwise host rule on its own (docs/fabric.md shows it): groups of five nodes meeting in
 # PAIRWISE_ROUNDS, each meeting exported by both ends for 5 minutes from its round's start.
 SUSPECT = '{instance="h1:9845",job="clusterhealth",pairwise="host",probe="hostfault"}'
+SUSPECT_OF_THREE = '{instance="h1:9845",job="clusterhealth",pairwise="host",probe="hostthree"}'
 
 
 def meetings(probe: str, fails: Callable[[str, str], bool]) -> dict[str, str]:
@@ -302,12 +303,18 @@ CASES = [
     Case(
         "NodeStraggler",
         "a busy GPU held down by a fault reason for a third of each minute is a straggler, whatever "
-        "its sampled clock; a sixth of each minute (under 25%), the power cap all the time, and an "
-        "idle GPU held down half the time are not",
+        "its sampled clock; a sixth of each minute (under 25%), a quarter exactly (the threshold is "
+        "more than 25%), the power cap all the time, and an idle GPU held down half the time are not",
         {
             **{
                 S(name, gpu(g, n, **extra)): values
-                for n, g, util in (("n1", "0", 1), ("n1", "1", 1), ("n1", "2", 1), ("n2", "0", 0.1))
+                for n, g, util in (
+                    ("n1", "0", 1),
+                    ("n1", "1", 1),
+                    ("n1", "2", 1),
+                    ("n1", "3", 1),
+                    ("n2", "0", 0.1),
+                )
                 for name, extra, values in (
                     ("clusterhealth_gpu_sm_clock_hertz", {}, "1.98e9x30"),
                     ("clusterhealth_gpu_utilization_ratio", {}, f"{util}x30"),
@@ -321,6 +328,10 @@ CASES = [
                 "clusterhealth_gpu_clocks_event_seconds_total", gpu("1", reason="hw_thermal_slowdown")
             ): "0+10x30",
             S("clusterhealth_gpu_clocks_event_seconds_total", gpu("2", reason="sw_power_cap")): "0+60x30",
+            # 15 s of each minute: a rate of exactly 0.25 (no extrapolation once the window is full).
+            S(
+                "clusterhealth_gpu_clocks_event_seconds_total", gpu("3", reason="hw_thermal_slowdown")
+            ): "0+15x30",
             S("clusterhealth_gpu_clocks_event_seconds_total", gpu("0", "n2", reason="hw_thermal_slowdown")): (
                 "0+30x30"
             ),
@@ -462,10 +473,11 @@ CASES = [
     ),
     Case(
         "NodeCheckUnknown",
-        "an UNKNOWN check (the kernel log unreadable) fires after 10m; OK, CRITICAL and a lost GPU's "
-        "checks do not",
+        "an UNKNOWN check (the kernel log unreadable) fires after 10m, its GPU present (gpu_lost OK); "
+        "OK, CRITICAL and a lost GPU's checks do not",
         {
             S("clusterhealth_check_status", {"instance": "n1", "check": "gpu_xid", "subject": "0"}): "3x20",
+            S("clusterhealth_check_status", {"instance": "n1", "check": "gpu_lost", "subject": "0"}): "0x20",
             S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_xid", "subject": "0"}): "0x20",
             S("clusterhealth_check_status", {"instance": "n2", "check": "gpu_xid", "subject": "1"}): "2x20",
             # GPU 6 is lost: its other checks cannot run, and GPUFellOffBus already alerts.
@@ -477,12 +489,20 @@ CASES = [
     Case(
         "",
         "h1 is bad, every meeting with it fails: named with its 4 partners, none of whom is named; "
+        "in group hostthree h1 fails with its first three partners and is fine with h5: named with "
+        "3, as many as the rule needs; "
         "h2 and h5 fail together (a meeting and its confirmation) and are fine with others: a path, "
         "nobody is named (analyze's job); every meeting fails: nobody is clean, nobody is named (a "
         "fleet-wide finding); before h1's third short meeting, nobody",
-        {**node_infos(), **host_fault(), **path_fault(), **meetings("slowfleet", lambda a, b: True)},
+        {
+            **node_infos(),
+            **host_fault(),
+            **meetings("hostthree", lambda a, b: "h1" in (a, b) and "h5" not in (a, b)),
+            **path_fault(),
+            **meetings("slowfleet", lambda a, b: True),
+        },
         exprs=[
-            Expr("50m", pairwise_host(Config()), [Sample(SUSPECT, 4)]),
+            Expr("50m", pairwise_host(Config()), [Sample(SUSPECT, 4), Sample(SUSPECT_OF_THREE, 3)]),
             Expr("20m", pairwise_host(Config()), []),
         ],
         title="the pairwise host rule",

@@ -41,10 +41,12 @@ HALF = REFERENCE / 2
 FAST = REFERENCE * 1.25
 
 
-def meetings(bad: str, fast: str = "") -> dict[str, str]:
+def meetings(bad: str, fast: str = "", confirmed: tuple[str, str] | None = None) -> dict[str, str]:
     """A group of five (PAIRWISE_ROUNDS, 15-minute rounds, each meeting exported by both ends for
     5 minutes): every meeting with `bad` measures HALF, every other one with `fast` FAST, the rest
-    REFERENCE."""
+    REFERENCE. The meeting of the pair `confirmed` measures 0.7 of its bandwidth and is played again
+    in the confirming slot of the next round (its second half: exported for 7 minutes), at its
+    bandwidth: the pair's series holds two values."""
     series: dict[str, str] = {}
     for k, pairs in enumerate(PAIRWISE_ROUNDS):
         for a, b in pairs:
@@ -55,7 +57,11 @@ def meetings(bad: str, fast: str = "") -> dict[str, str]:
                     {"instance": node, "probe": "fabric", "peer": peer},
                 )
                 row = series.get(key, " ".join(["_"] * 60)).split()
-                row[15 * k : 15 * k + 5] = [repr(measured)] * 5
+                if confirmed is not None and {a, b} == set(confirmed):
+                    row[15 * k : 15 * k + 5] = [repr(measured * 0.7)] * 5
+                    row[15 * k + 23 : 15 * k + 30] = [repr(measured)] * 7
+                else:
+                    row[15 * k : 15 * k + 5] = [repr(measured)] * 5
                 series[key] = " ".join(row)
     for i in range(1, 6):
         series[S("clusterhealth_probe_round", {"instance": f"h{i}", "probe": "fabric"})] = "2000000+0x60"
@@ -78,9 +84,11 @@ CASES = [
         "",
         "h1 of a pairwise group of five meets everyone at half the others' bandwidth, h2 meets h4 and h5 "
         "at 1.25 times it: h1's typical meeting is HALF, h2's FAST (two of its three), the others' "
-        "REFERENCE (each met h1 once in three, and at most one FAST); the group's reference is the "
-        "median of the five, REFERENCE",
-        meetings("h1", fast="h2"),
+        "REFERENCE (each met h1 once in three, and at most one FAST; h3 and h4's meeting fell short "
+        "at 0.7 and its confirmation, exported longer, measured REFERENCE: the median of its samples "
+        "is REFERENCE, not the 0.7 of its lowest); the group's reference is the median of the five, "
+        "REFERENCE",
+        meetings("h1", fast="h2", confirmed=("h3", "h4")),
         exprs=[
             Expr("50m", recording.MEETINGS, per_node(recording.MEETINGS, HALF, FAST, REFERENCE)),
             Expr("50m", recording.REFERENCE, [Sample(GROUP.format(recording.REFERENCE), REFERENCE)]),
