@@ -110,9 +110,12 @@ def labs(reports: Path) -> Iterator[dict[str, Running]]:
             time.monotonic(),
         ),
         "uplink": Running(
-            _lab(*TREE, "--degrade-uplink", UPLINK, "--degrade-host", TREE_HOST), time.monotonic()
+            _lab(*TREE, "--degrade-uplink", UPLINK, "--degrade-host", TREE_HOST, cwd=reports),
+            time.monotonic(),
         ),
-        "leaf": Running(_lab(*TREE, "--degrade-leaf", LEAF, "--degrade-path", "first"), time.monotonic()),
+        "leaf": Running(
+            _lab(*TREE, "--degrade-leaf", LEAF, "--degrade-path", "first", cwd=reports), time.monotonic()
+        ),
     }
     yield started
     for running in started.values():
@@ -332,6 +335,11 @@ def _tree_lab(running: Running) -> tuple[dict[str, Any], dict[tuple[str, str], i
     lab = result["lab"]
     assert lab["leaves"] == {f"leaf{j}": [f"h{i}" for i in range(4 * j - 3, 4 * j + 1)] for j in range(1, 5)}
     assert result["leaves"] == lab["leaves"], "analyze read each host's leaf back from Prometheus"
+    # Its report, beside the verdict: the matrix by leaf, the leaf's verdict named.
+    page = Path(lab["report"]).read_text()
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert found is not None
+    assert json.loads(found.group(1))["groups"]["names"] == list(lab["leaves"])
     return result, {(f["kind"], f["suspect"]): f["named_after_round"] for f in lab["faults"]}
 
 
@@ -353,6 +361,8 @@ def test_a_degraded_uplink_and_a_host_on_another_leaf_are_named_as_such(labs: di
     assert uplink["evidence"]["median_ratio"] <= 0.55, "each meeting across it shares half a link"
     host = next(s for s in result["suspects"] if s["kind"] == "host")
     assert 0.45 <= host["evidence"]["median_ratio"] <= 0.55
+    # The remediator takes the host out, never the uplink's hosts: an uplink is not theirs to fix.
+    assert [o["node"] for o in result["lab"]["remediate"]["would"]] == [TREE_HOST]
 
 
 def test_a_degraded_leaf_and_a_path_inside_another_leaf_are_named_as_such(labs: dict[str, Running]) -> None:
@@ -375,6 +385,7 @@ def test_a_degraded_leaf_and_a_path_inside_another_leaf_are_named_as_such(labs: 
     leaf = next(s for s in result["suspects"] if s["kind"] == "leaf")
     assert leaf["evidence"]["inside"]["short"] > 0 == leaf["evidence"]["inside"]["fine"]
     assert leaf["hosts"] == leaves[LEAF]
+    assert result["lab"]["remediate"]["would"] == [], "a leaf switch is no host's to drain"
 
 
 def test_bad_arguments_exit_2_before_anything_is_built() -> None:
