@@ -55,9 +55,12 @@ IMPACT = {
 
 PLACEMENT = "clusterhealth_probe_placement_info"
 # Sorted by place: a leaf's nodes side by side.
-BY_PLACE = dm.DataTransformerConfig(
-    id_val="sortBy", options={"sort": [{"field": field} for field in ("pod", "spine", "leaf", "instance")]}
-)
+# Grafana's sortBy sorts by the first field it is given and ignores the rest; its sort is stable, so
+# one transformation a key, the least significant first, orders the rows by pod, spine, leaf, node.
+BY_PLACE = [
+    dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": field}]})
+    for field in ("instance", "leaf", "spine", "pod")
+]
 
 
 def leaves_row() -> list[Builder[dm.Panel]]:
@@ -90,7 +93,7 @@ def leaves_row() -> list[Builder[dm.Panel]]:
                     instant=True,
                 )
             ],
-            transformations=[organize(["Time", "Value"]), BY_PLACE],
+            transformations=[organize(["Time", "Value"]), *BY_PLACE],
         ),
     ]
 
