@@ -17,8 +17,8 @@ Prometheus that evaluates the generated rules (test profile).
 
 Prometheus watches from the agents' start: the faulty node's kernel-log lines, its links' traffic
 and errors and its HCA's PCIe retries happen once Prometheus has seen the counters' first values
-(`_events`), GPU 2's NVLink errors and GPU 1's PCIe replays a few seconds in (`LATER`). One more
-target has no agent behind it: an agent that is down.
+(`_events`), GPU 2's NVLink errors and GPU 1's PCIe replays rising in steps from a few seconds in
+(`LATER`) to ten minutes on. One more target has no agent behind it: an agent that is down.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ PAIRS_BAD_HOST = "h3"
 PAIRS_LEAVES = {f"h{i}": f"leaf{(i - 1) % 4 + 1}" for i in range(1, 9)}
 SLURM_JOB = "817304"  # the faulty scenario's job
 LATER = 8.0  # seconds after the agent's start: the faults that happen under Prometheus's eyes
+STEP_SECONDS = 2.0  # and every so often after, while the tests look (a dashboard test waits 150 s at most)
+PATIENCE_SECONDS = 600.0
 
 
 @dataclass
@@ -127,23 +129,39 @@ def _faulty_scenario(tmp: Path) -> Path:
     for fault in data["faults"]:
         fault.pop("from_seconds", None)  # GPU 6 is lost from the start: no 45 s wait
     # What the demo does not show in its first minute: GPU 2's NVLink 5 keeps erring and GPU 1's
-    # narrowed PCIe link replays, a few seconds in, while Prometheus watches.
-    data["faults"] += [
-        {
-            "description": "GPU 2's NVLink 5 keeps erring",
-            "gpu": 2,
-            "from_seconds": LATER,
-            "set": {
-                "nvlink_errors": {5: {"crc_flit": 30000, "crc_data": 20, "replay": 1500, "recovery": 40}}
+    # narrowed PCIe link replays, from a few seconds in and for as long as the test looks, while
+    # Prometheus watches. Counters that rise in steps to the end, not once: on a loaded machine
+    # the agent's first reading (or Prometheus's first scrape) can come after a single step, and a
+    # counter first seen high has no rate.
+    steps = int(PATIENCE_SECONDS / STEP_SECONDS) + 1
+    for k in range(steps):
+        window = {
+            "from_seconds": LATER + k * STEP_SECONDS,
+            **({"until_seconds": LATER + (k + 1) * STEP_SECONDS} if k < steps - 1 else {}),
+        }
+        data["faults"] += [
+            {
+                "description": "GPU 2's NVLink 5 keeps erring",
+                "gpu": 2,
+                **window,
+                "set": {
+                    "nvlink_errors": {
+                        5: {
+                            "crc_flit": 3000 * (k + 1),
+                            "crc_data": 2 * (k + 1),
+                            "replay": 150 * (k + 1),
+                            "recovery": 4 * (k + 1),
+                        }
+                    }
+                },
             },
-        },
-        {
-            "description": "GPU 1's link replays",
-            "gpu": 1,
-            "from_seconds": LATER,
-            "set": {"pcie_replays": 120},
-        },
-    ]
+            {
+                "description": "GPU 1's link replays",
+                "gpu": 1,
+                **window,
+                "set": {"pcie_replays": 12 * (k + 1)},
+            },
+        ]
     path = tmp / "faulty.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

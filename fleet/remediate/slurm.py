@@ -16,7 +16,8 @@ raises `BackendError` naming the command and its answer, and the reconcile stops
   again or resumed it has taken it over).
 
 A node is ours when the ledger has an open act for it and the node is out of service with that
-act's reason, unchanged. The HealthCheckProgram's drains also begin with ``clusterhealth:``;
+act's reason, unchanged (for a reboot, Slurm's own " : reboot issued" after it is allowed). The
+HealthCheckProgram's drains also begin with ``clusterhealth:``;
 they are not in our ledger, so they are someone else's (docs/remediation.md: one owner of the
 drain).
 """
@@ -50,6 +51,9 @@ OUT_STATES = frozenset({"DOWN", "FUTURE", "UNKNOWN"})
 # "Reason=admin: bad DIMM [root@2026-11-29T01:36:12]".
 _REASON = re.compile(r"^(?P<text>.*?)(?: \[(?P<user>[^@\]]*)@(?P<time>[^\]]*)\])?$")
 _FIELD = re.compile(r"(\w+)=(\S*)")
+# What slurmctld appends to a reboot's reason once it sends the reboot to the node (Slurm 22.05:
+# "Reason=<ours> : reboot issued [slurm@...]"). The reason is still ours; any other change is not.
+REBOOT_ISSUED_SUFFIX = " : reboot issued"
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class SlurmBackend:
             open_act = next((a for a in reversed(mine) if a.open), None)
             ours = orphan = other = None
             if open_act is not None:
-                if not node.in_service and node.reason == open_act.reason:
+                if not node.in_service and _reason_is(node.reason, open_act):
                     ours = open_act
                 elif open_act.rebooted and node.in_service and node.reason is None:
                     ours = open_act  # rebooted and put back in service by Slurm, as asked
@@ -213,7 +217,7 @@ class SlurmBackend:
         if current.in_service and act.rebooted and current.reason is None:
             self.ledger.close(act, RECOVERED, now)
             return True
-        if current.in_service or current.reason != act.reason:
+        if current.in_service or not _reason_is(current.reason, act):
             return False  # taken over since observe: the next one sees the orphan
         self.scontrol("update", f"NodeName={node.name}", "State=RESUME")
         self.ledger.close(act, RECOVERED, now)
@@ -250,6 +254,13 @@ class SlurmBackend:
             return state
         who = f" (by {node.reason_user})" if node.reason_user else ""
         return f"{state}: {node.reason}{who}"
+
+
+def _reason_is(reason: str | None, act: Act) -> bool:
+    """Whether a drained node's reason is still the one ``act`` set, as Slurm shows it."""
+    if reason == act.reason:
+        return True
+    return act.rebooted and reason == act.reason + REBOOT_ISSUED_SUFFIX
 
 
 def open_backend(config: RemediateConfig, dry_run: bool) -> SlurmBackend:
