@@ -9,12 +9,16 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # CHANGELOG follow it (tests/test_packaging.py checks them).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 LISTEN ?= 127.0.0.1:9845
+# pytest-xdist workers for `make test`: the suite mostly waits (on Prometheus, agents, rounds on the
+# clock, subprocesses), so more workers than cores pay; tests/README.md has the measurements.
+TEST_WORKERS ?= 4
 
 # `make image`: the container image (Containerfile), built with buildah from wheels made here.
 # IMAGE names it (put your registry in front); BASE is a Debian bookworm userland. BUILDAH and
 # BUILD_FLAGS pass options where the defaults do not fit, e.g. on a machine whose runtime cannot
 # run containers: BUILDAH="buildah --storage-driver vfs" BUILD_FLAGS="--isolation chroot".
 IMAGE       ?= clusterhealth:$(VERSION)
+REMEDIATOR_IMAGE ?= clusterhealth-remediate:$(VERSION)
 BASE        ?= docker.io/library/debian:bookworm-slim
 BUILDAH     ?= buildah
 BUILD_FLAGS ?=
@@ -50,16 +54,21 @@ CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
 # loads) for the impact validation's all-reduce in the lab; Slurm's controller, node daemon and
 # client commands with munge for the real cluster of tests/slurm.py (setpriv, of util-linux, ties
 # its daemons' lives to the test run's); etcd for the real Kubernetes API of tests/kube.py, and Go
-# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package.
+# with dpkg-dev (dpkg-source) to build its kube-apiserver from Debian's source package; chromium to
+# look at `clusterhealth report`'s page (driven by Playwright through the DevTools protocol,
+# tests/browser.py; no browser is downloaded); VictoriaMetrics (single node) and its vmalert, one
+# package, which `analyze` and the rules are checked against beside Prometheus.
 DEB_TOOLS := promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
              iperf3:iperf3 amtool:prometheus-alertmanager systemd-analyze:systemd \
              node:nodejs npm:npm curl:curl ip:iproute2 tc:iproute2 \
              buildah:buildah mmdebstrap:mmdebstrap unshare:util-linux testssl:testssl.sh \
              mpirun:openmpi-bin slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client \
-             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev
+             munged:munge setpriv:util-linux etcd:etcd-server go:golang-go dpkg-source:dpkg-dev \
+             chromium:chromium victoria-metrics:victoria-metrics vmalert:victoria-metrics
 
-.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-impact generate \
-        k8s-tools kube-apiserver dist wheels image install uninstall
+.PHONY: demo test lint typecheck unit sysdeps venv clean bench bench-fabric bench-report bench-impact \
+        generate k8s-tools kube-apiserver dist wheels image image-remediator install uninstall \
+        gpu-check-carry gpu-check-dry-run
 
 demo: venv
 	$(BIN)/clusterhealth demo --listen $(LISTEN)
@@ -79,6 +88,13 @@ wheels: venv
 image: wheels
 	$(BUILDAH) bud $(BUILD_FLAGS) --layers -f Containerfile -t $(IMAGE) \
 		--build-arg BASE=$(BASE) --build-arg VERSION=$(VERSION) \
+		--build-arg WHEELS_DIGEST=$$(cat $(WHEELS)/*.whl | sha256sum | cut -c1-64) .
+
+# `make image-remediator`: the image of `clusterhealth remediate --backend kubernetes` (the chart's
+# remediator.image): the agent's, with the kubernetes extra. REMEDIATOR_IMAGE names it.
+image-remediator: wheels
+	$(BUILDAH) bud $(BUILD_FLAGS) --layers -f Containerfile -t $(REMEDIATOR_IMAGE) \
+		--build-arg BASE=$(BASE) --build-arg VERSION=$(VERSION) --build-arg EXTRAS=[kubernetes] \
 		--build-arg WHEELS_DIGEST=$$(cat $(WHEELS)/*.whl | sha256sum | cut -c1-64) .
 
 # Paths in the installed files follow PREFIX and SYSCONFDIR. A config file already in place is
@@ -133,7 +149,7 @@ uninstall:
 test: venv sysdeps lint unit
 
 unit: venv sysdeps k8s-tools kube-apiserver
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: venv typecheck
 	$(BIN)/ruff check .
@@ -148,13 +164,16 @@ typecheck: venv
 	$(BIN)/mypy
 	$(BIN)/mypy deploy/prometheus/mixin.py deploy/prometheus/clusterhealth_mixin
 
-# Rules, dashboards, the chart's copies and the kubelet API's Python code are generated and
-# committed; the tests regenerate them and fail on any difference.
-generate: venv k8s-tools
+# Rules, dashboards, the chart's copies, the kubelet API's Python code and the README's picture of
+# the report (drawn by chromium) are generated and committed; the tests regenerate them and fail
+# on any difference.
+generate: venv k8s-tools sysdeps
 	$(BIN)/python deploy/prometheus/mixin.py
+	$(BIN)/python -m clusterhealth.fleet.remediate.config docs/remediation.md
 	$(BIN)/python -m clusterhealth.dashboards.build
 	$(BIN)/python deploy/kubernetes/manifests.py
 	$(BIN)/python -m clusterhealth.exporters.jobs.kubelet.generate
+	$(BIN)/python -m tests.report_image
 
 bench: venv sysdeps
 	$(BIN)/python benchmarks/metrics_latency.py
@@ -167,10 +186,25 @@ bench: venv sysdeps
 bench-fabric: venv
 	$(BIN)/python benchmarks/fabric_scale.py
 
+# The report's time, size and opening in chromium at 64-4,096 nodes (about a minute):
+# docs/performance.md's figures.
+bench-report: venv sysdeps
+	$(BIN)/python benchmarks/report_scale.py
+
 # The impact model against Open MPI's MPI_Allreduce in the namespace lab (root; about 17 minutes):
 # docs/cost.md's validation table.
 bench-impact: venv sysdeps
 	$(BIN)/python benchmarks/impact.py
+
+# The GPU check (docs/gpu-check.md). gpu-check-carry puts in .whl/ what a lent GPU machine, which
+# reaches no registry, needs: CPython 3.12 x86-64 wheels of the requirements, the project's wheel,
+# and nccl-tests' source when NCCL_TESTS_SRC names a checkout or git repository of it.
+# gpu-check-dry-run runs the check here against the simulator (results in build/gpu-check/).
+gpu-check-carry: venv
+	PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh prepare
+
+gpu-check-dry-run: venv
+	GPU_CHECK_PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh dry-run
 
 venv: $(VENV)/.installed
 
@@ -211,4 +245,4 @@ sysdeps:
 	fi
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/k8s/node_modules .whl

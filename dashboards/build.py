@@ -6,7 +6,9 @@ file: a fleet overview, a node view, a fabric view and a jobs view, one module e
 uid, the `clusterhealth` tag, variables for the data source, the job and the node, and
 `$__rate_interval` in its rates. The tests regenerate them byte for byte, validate them against
 Grafana's dashboard JSON schema, check every `clusterhealth_*` name against the agent's exposition
-and the recording rules, and run every query on a real Prometheus that scraped simulated nodes.
+and the recording rules, run every query on a real Prometheus that scraped simulated nodes, and
+check that every panel shows the fault it is there for, as Grafana would show it
+(tests/test_dashboards_seen.py).
 
 The SDK is a development dependency (the `test` extra); the agent never imports this module.
 """

@@ -8,7 +8,6 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from clusterhealth.dashboards.panels import (
     HIDE_META,
-    RATE,
     SEL,
     STATUS_MAPPINGS,
     Query,
@@ -18,6 +17,7 @@ from clusterhealth.dashboards.panels import (
     number,
     organize,
     with_rows,
+    xid_events,
 )
 
 
@@ -65,9 +65,17 @@ def health_row() -> list[Builder[dm.Panel]]:
         ),
         grid(
             "Nodes × checks",
-            "The worst status of each check on each node (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), "
-            "from the recording rule instance_check:clusterhealth_check_status:max.",
-            [Query(f"instance_check:clusterhealth_check_status:max{{{SEL}}}", instant=True)],
+            "The worst status of each check on each node: CRITICAL where any of its subjects is "
+            "critical, else the highest of UNKNOWN, WARNING and OK (the recording rule "
+            "instance_check:clusterhealth_check_status:max, whose UNKNOWN, a lost GPU's, would hide a "
+            "critical GPU beside it).",
+            [
+                Query(
+                    f"max by (instance, job, check) (clusterhealth_check_status{{{SEL}}} == 2) "
+                    f"or instance_check:clusterhealth_check_status:max{{{SEL}}}",
+                    instant=True,
+                )
+            ],
             w=24,
             h=10,
             mappings=STATUS_MAPPINGS,
@@ -188,25 +196,21 @@ def stragglers_row() -> list[Builder[dm.Panel]]:
         ),
         graph(
             "GPUs held back by faults",
-            "GPUs per node with a fault clock-event reason active (HW slowdown, thermal, power brake).",
+            "GPUs per node with a fault clock-event reason active (HW slowdown, thermal, power brake); "
+            "a GPU held by two reasons counts once.",
             [
                 Query(
-                    "sum by (instance) (clusterhealth_gpu_clocks_event_active{"
+                    "sum by (instance) (max by (instance, job, gpu) (clusterhealth_gpu_clocks_event_active{"
                     + SEL
                     + ',reason=~"hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|'
-                    + 'hw_power_brake_slowdown"})',
+                    + 'hw_power_brake_slowdown"}))',
                     "{{instance}}",
                 )
             ],
         ),
         graph(
             "Critical Xid events",
-            "Xid events per node and code.",
-            [
-                Query(
-                    f"sum by (instance, xid) (increase(clusterhealth_gpu_xid_errors_total{{{SEL}}}[{RATE}]))",
-                    "{{instance}} Xid {{xid}}",
-                )
-            ],
+            "Xid events per node and code, the first of a code on a GPU included.",
+            [Query(xid_events("instance, xid"), "{{instance}} Xid {{xid}}")],
         ),
     ]

@@ -10,16 +10,20 @@ from grafana_foundation_sdk.models import dashboard as dm
 from clusterhealth.dashboards.panels import (
     HIDE_META,
     MERGE,
+    PHYSICAL_STATE_MAPPINGS,
     PORT_STATE_MAPPINGS,
     RATE,
     SEL,
     STATUS_MAPPINGS,
     Query,
     base,
+    coloured,
+    columns,
     graph,
     grid,
     timeline,
     with_rows,
+    xid_events,
 )
 
 
@@ -36,8 +40,10 @@ def dashboard() -> gd.Dashboard:
     )
 
 
-# The labels of one GPU, for joining its series.
-ON_GPU = "on (instance, job, gpu, uuid)"
+# The labels of one GPU, for joining its series; of one RDMA port.
+GPU_LABELS = "instance, job, gpu, uuid"
+ON_GPU = f"on ({GPU_LABELS})"
+PORT_LABELS = "instance, job, device, port"
 # A PCIe lane's payload rate in one direction: 8 GT/s with 128b/130b encoding is 0.985 GB/s at
 # generation 3, doubling with each generation (within 2% of 0.25 and 0.5 GB/s for generations 1
 # and 2, and of generation 6's FLIT rate).
@@ -64,8 +70,14 @@ def which_wall() -> Builder[dm.Panel]:
         f"and on (instance, job, device, port) clusterhealth_rdma_port_data_received_bytes_total{{{SEL}}}))"
     )
     queries = [
-        Query(f"clusterhealth_gpu_tensor_active_ratio{{{gpu}}}", instant=True),
-        Query(f"clusterhealth_gpu_dram_active_ratio{{{gpu}}}", instant=True),
+        # Aggregated, so that each query drops its __name__ and the merge makes one row a GPU.
+        Query(
+            f"max by (instance, job, gpu, uuid) (clusterhealth_gpu_tensor_active_ratio{{{gpu}}})",
+            instant=True,
+        ),
+        Query(
+            f"max by (instance, job, gpu, uuid) (clusterhealth_gpu_dram_active_ratio{{{gpu}}})", instant=True
+        ),
         Query(
             f"(clusterhealth_gpu_nvlink_received_bytes_per_second{{{gpu}}} + {ON_GPU} "
             f"clusterhealth_gpu_nvlink_transmitted_bytes_per_second{{{gpu}}}) / {ON_GPU} ({nvlink_peak})",
@@ -161,7 +173,11 @@ def gpu_row() -> list[Builder[dm.Panel]]:
             "Share of the time each clock-event reason held a GPU's clocks down, from NVML's time "
             "counters (exact, where the flags above are sampled); only the GPUs and reasons that "
             "held any time show. Thermal and power-brake time alerts (GPUThermalOrPowerSlowdown).",
-            [Query(f"{held} > 0 or max by (reason) ({held})", "GPU {{gpu}} {{reason}}")],
+            [
+                Query(f"{held} > 0", "GPU {{gpu}} {{reason}}"),
+                # A reason no GPU was held by, once at 0: the panel says "none" rather than nothing.
+                Query(f"max by (reason) ({held}) == 0", "{{reason}}: none"),
+            ],
             unit="percentunit",
         ),
         graph(
@@ -191,23 +207,35 @@ def gpu_row() -> list[Builder[dm.Panel]]:
         ),
         grid(
             "Row remapping",
-            "Remapped rows per cause, and whether a remap is pending (reset) or failed (replace).",
+            "Remapped rows per cause, and whether a remap is pending (reset) or failed (replace), "
+            "one row a GPU.",
             [
-                Query(f"clusterhealth_gpu_remapped_rows{{{gpu}}}", instant=True),
-                Query(f"clusterhealth_gpu_row_remap_pending{{{gpu}}}", instant=True),
-                Query(f"clusterhealth_gpu_row_remap_failed{{{gpu}}}", instant=True),
+                Query(f"max by ({GPU_LABELS}) ({query})", instant=True)
+                for query in (
+                    f'clusterhealth_gpu_remapped_rows{{{gpu},cause="correctable"}}',
+                    f'clusterhealth_gpu_remapped_rows{{{gpu},cause="uncorrectable"}}',
+                    f"clusterhealth_gpu_row_remap_pending{{{gpu}}}",
+                    f"clusterhealth_gpu_row_remap_failed{{{gpu}}}",
+                )
             ],
-            transformations=[HIDE_META],
+            transformations=[
+                MERGE,
+                columns(
+                    {
+                        "Value #A": "rows remapped (correctable)",
+                        "Value #B": "rows remapped (uncorrectable)",
+                        "Value #C": "remap pending",
+                        "Value #D": "remap failed",
+                    },
+                    exclude=["Time", "job", "instance", "uuid"],
+                ),
+            ],
         ),
         graph(
             "Xid by code",
-            "Xid events per GPU and code (NVML events and the kernel log, counted once).",
-            [
-                Query(
-                    f"sum by (gpu, xid) (increase(clusterhealth_gpu_xid_errors_total{{{gpu}}}[{RATE}]))",
-                    "GPU {{gpu}} Xid {{xid}}",
-                )
-            ],
+            "Xid events per GPU and code (NVML events and the kernel log, counted once), the first "
+            "of a code on a GPU included.",
+            [Query(xid_events("gpu, xid"), "GPU {{gpu}} Xid {{xid}}")],
         ),
         graph(
             "NVLinks down",
@@ -251,16 +279,28 @@ def rdma_row() -> list[Builder[dm.Panel]]:
     return [
         grid(
             "Ports",
-            "State (4 ACTIVE), physical state (5 LinkUp) and negotiated rate of each port.",
+            "State (ACTIVE when up), physical state (LinkUp) and negotiated rate of each port, one "
+            "row a port.",
             [
-                Query(f"clusterhealth_rdma_port_state_id{{{SEL}}}", instant=True),
-                Query(f"clusterhealth_rdma_port_physical_state_id{{{SEL}}}", instant=True),
-                Query(f"clusterhealth_rdma_port_rate_bytes_per_second{{{SEL}}}", instant=True),
+                Query(f"max by ({PORT_LABELS}) ({metric}{{{SEL}}})", instant=True)
+                for metric in (
+                    "clusterhealth_rdma_port_state_id",
+                    "clusterhealth_rdma_port_physical_state_id",
+                    "clusterhealth_rdma_port_rate_bytes_per_second",
+                )
             ],
             w=12,
-            mappings=PORT_STATE_MAPPINGS,
-            transformations=[HIDE_META],
-        ),
+            transformations=[
+                MERGE,
+                columns(
+                    {"Value #A": "state", "Value #B": "physical state", "Value #C": "rate"},
+                    exclude=["Time", "job", "instance"],
+                ),
+            ],
+        )
+        .override_by_name("state", coloured(PORT_STATE_MAPPINGS))
+        .override_by_name("physical state", coloured(PHYSICAL_STATE_MAPPINGS))
+        .override_by_name("rate", [dm.DynamicConfigValue(id_val="unit", value="Bps")]),
         graph(
             "Throughput",
             "Data received and transmitted per port.",

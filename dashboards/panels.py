@@ -48,6 +48,20 @@ PORT_STATE_MAPPINGS: list[dm.ValueMapping] = [
         }
     )
 ]
+# ports/N/phys_state (IBTA): what the cable and the PHY do, beside the logical state above.
+PHYSICAL_STATE_MAPPINGS: list[dm.ValueMapping] = [
+    dm.ValueMap(
+        options={
+            "1": dm.ValueMappingResult(text="Sleep", color="red", index=0),
+            "2": dm.ValueMappingResult(text="Polling", color="red", index=1),
+            "3": dm.ValueMappingResult(text="Disabled", color="red", index=2),
+            "4": dm.ValueMappingResult(text="PortConfigurationTraining", color="orange", index=3),
+            "5": dm.ValueMappingResult(text="LinkUp", color="green", index=4),
+            "6": dm.ValueMappingResult(text="LinkErrorRecovery", color="orange", index=5),
+            "7": dm.ValueMappingResult(text="PhyTest", color="orange", index=6),
+        }
+    )
+]
 
 
 @dataclass(frozen=True)
@@ -116,15 +130,42 @@ def grid(
         .unit(unit)
     )
     if mappings:
-        panel = panel.mappings(mappings).cell_options(
-            common.TableColoredBackgroundCellOptions(
-                mode=common.TableCellBackgroundDisplayMode.BASIC  # type: ignore[arg-type]
-            )
-        )
+        # On the values only: Grafana maps every field's values, so a label column's "1" (a port,
+        # a GPU index) would read as a status.
+        panel = panel.override_by_field_type("number", coloured(mappings))
     for transformation in transformations:
         panel = panel.with_transformation(transformation)
     with_targets(panel, queries)
     return panel
+
+
+def xid_events(by: str) -> str:
+    """Xid events per `by` within the rate interval. A code's first event on a GPU creates its
+    series at 1, which increase() cannot see: a series younger than the interval counts with its
+    value (first, so that its increase does not hide it), as the Xid alerts do."""
+    series = f"clusterhealth_gpu_xid_errors_total{{{SEL}}}"
+    return f"sum by ({by}) (({series} unless {series} offset {RATE}) or increase({series}[{RATE}]))"
+
+
+def coloured(mappings: list[dm.ValueMapping]) -> list[dm.DynamicConfigValue]:
+    """A table field's properties that show its values through `mappings`, in their colours."""
+    return [
+        dm.DynamicConfigValue(id_val="mappings", value=mappings),
+        dm.DynamicConfigValue(
+            id_val="custom.cellOptions",
+            value=common.TableColoredBackgroundCellOptions(
+                mode=common.TableCellBackgroundDisplayMode.BASIC  # type: ignore[arg-type]
+            ),
+        ),
+    ]
+
+
+def columns(names: dict[str, str], exclude: Sequence[str] = ("Time", "job")) -> dm.DataTransformerConfig:
+    """`organize` that hides `exclude` and renames the value columns of a merged table."""
+    return dm.DataTransformerConfig(
+        id_val="organize",
+        options={"excludeByName": dict.fromkeys(exclude, True), "renameByName": names},
+    )
 
 
 def number(title: str, description: str, query: Query, w: int = 4, unit: str = "short") -> stat.Panel:

@@ -2,7 +2,8 @@
 
 * ``prometheus``: the one client of Prometheus's HTTP API (queries, partial answers, costs);
 * ``pairwise``: a pairwise group's history read back from it, and its analysis;
-* ``analyze``, ``model`` and ``lab``: the commands (``cli`` adds them to the command line).
+* ``analyze``, ``report``, ``model`` and ``lab``: the commands (``cli`` adds them to the command
+  line); ``report/`` draws with the optional extra ``clusterhealth[report]``.
 
 The node daemon's wiring stays in agent/. This package may import checks/ and exporters/, and
 from agent/ only what both sides share (the package's version, logging, the YAML loader and the

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from clusterhealth.checks.cost import IMPACT_WORKLOAD, Workload
 from clusterhealth.checks.probes.settings import parse_bandwidth
 
-COMMANDS = ("analyze", "lab", "model")
+COMMANDS = ("analyze", "lab", "model", "remediate", "report")
 
 
 def add_commands(sub: Any) -> None:
@@ -42,29 +43,73 @@ def add_commands(sub: Any) -> None:
     )
     _workload_arguments(analyze, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
 
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page (or a PNG) of a pairwise group: the pair-bandwidth "
+        "matrix, each node round by round, and analyze's verdict",
+        description="Reads and judges the group as analyze does. Needs the report extra: "
+        "pip install 'clusterhealth[report]'. Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or "
+        "the report extra missing, 3 no verdict (nothing is written when there is no data to draw).",
+    )
+    report.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    report.add_argument("--probe", metavar="NAME", help="the pairwise group (default: the only one)")
+    report.add_argument(
+        "--window", default="6h", metavar="DURATION", help="how far back to look (default 6h)"
+    )
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    report.add_argument(
+        "--format", choices=("html", "png"), default="html", help="an HTML page (default) or one PNG"
+    )
+    report.add_argument(
+        "--step", metavar="DURATION", help="width of the windows the history is read in (as analyze's)"
+    )
+    report.add_argument(
+        "--allow-partial", action="store_true", help="draw what can be read on partial data (as analyze's)"
+    )
+    _workload_arguments(report, IMPACT_WORKLOAD, "the job each suspect is priced for (impact): ")
+
     lab = sub.add_parser(
         "lab",
-        help="build N hosts as network namespaces running agents with a pairwise group, degrade a host "
-        "or a path, print analyze's verdict (root)",
+        help="build N hosts as network namespaces, on one switch or on leaves joined by a spine, running "
+        "agents with a pairwise group; degrade a host, a path, a leaf's uplink or a leaf; print analyze's "
+        "verdict (root)",
         description="Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or not root, 3 no verdict, "
-        "4 the lab could not be built or run, 130 interrupted. Everything it made is removed at the end.",
+        "4 the lab could not be built or run, 130 interrupted. Everything it made is removed at the end. "
+        "Faults can be combined when they do not overlap.",
     )
     lab.add_argument("--hosts", type=int, required=True, metavar="N", help="hosts h1..hN (2 to 64)")
-    degrade = lab.add_mutually_exclusive_group()
-    degrade.add_argument(
+    lab.add_argument(
+        "--leaves",
+        type=int,
+        default=1,
+        metavar="M",
+        help="spread the hosts over M leaf switches leaf1..leafM joined by a spine (default 1: one switch)",
+    )
+    lab.add_argument(
         "--degrade-host", metavar="NAME", help="shape this host's link to --degrade-factor of the rate"
     )
-    degrade.add_argument(
+    lab.add_argument(
         "--degrade-path",
         metavar="A-B",
-        help="shape the path between two hosts, e.g. h2-h5, or 'first': the pair that meets first",
+        help="shape the path between two hosts, e.g. h2-h5, or 'first': the first pair to meet (away from "
+        "the other faults; inside a leaf when a leaf or an uplink is degraded too)",
+    )
+    lab.add_argument(
+        "--degrade-uplink",
+        metavar="LEAF",
+        help="shape a leaf's uplink to the spine to --degrade-factor of one host link's rate, e.g. leaf2",
+    )
+    lab.add_argument(
+        "--degrade-leaf",
+        metavar="LEAF",
+        help="shape every port of a leaf switch to --degrade-factor of the rate, e.g. leaf3",
     )
     lab.add_argument(
         "--degrade-factor",
         type=float,
         default=0.5,
         metavar="R",
-        help="the degraded host's or path's share of the rate (default 0.5)",
+        help="what is degraded runs at this share of the rate (default 0.5)",
     )
     lab.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds to wait (default 5)")
     lab.add_argument(
@@ -83,6 +128,12 @@ def add_commands(sub: Any) -> None:
         metavar="K",
         help="stop the lab's Prometheus three quarters into round K and start it again a quarter into "
         "round K+1 (the series that ended meanwhile carry no staleness marker)",
+    )
+    lab.add_argument(
+        "--report",
+        metavar="FILE",
+        help="where to write the report of the run (clusterhealth report's page; default "
+        "lab-PREFIX.html in the current directory; needs the report extra)",
     )
     lab.add_argument("--json", action="store_true", help="print analyze's JSON with a lab object")
 
@@ -131,6 +182,32 @@ def add_commands(sub: Any) -> None:
     )
     model.add_argument("--json", action="store_true", help="print JSON")
 
+    remediate = sub.add_parser(
+        "remediate",
+        help="act on the nodes' verdicts: drain (Slurm) or cordon (Kubernetes) within a fleet budget, "
+        "dry-run unless --act",
+        description="Exit codes of --once: 0 nothing to do or done, 1 acted or would act, 2 bad "
+        "arguments or configuration, 3 no trusted data (Prometheus or the scheduler could not be read, "
+        "or a scheduler command failed or hung). docs/remediation.md.",
+    )
+    remediate.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    remediate.add_argument(
+        "--backend", required=True, choices=("slurm", "kubernetes"), help="the scheduler to act on"
+    )
+    remediate.add_argument(
+        "--config", metavar="FILE", help="the remediator's YAML configuration (docs/remediation.md)"
+    )
+    remediate.add_argument(
+        "--act", action="store_true", help="carry the orders out (default: dry-run, which touches nothing)"
+    )
+    remediate.add_argument("--once", action="store_true", help="reconcile once and exit with its code")
+    remediate.add_argument("--listen", metavar="HOST:PORT", help="serve the remediator's /metrics here")
+    remediate.add_argument(
+        "--fabric",
+        metavar="PROBE",
+        help="also act on the host suspects analyze names in this pairwise group (fabric.action)",
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     """Runs one of ``COMMANDS`` and returns its exit code."""
@@ -151,8 +228,30 @@ def run(args: argparse.Namespace) -> int:
             allow_partial=args.allow_partial,
             workload=workload,
         )
+    if args.command == "report":
+        from clusterhealth.fleet.report.command import main as report_main
+
+        try:
+            workload = _workload(args)
+        except ValueError as err:
+            print(f"clusterhealth report: {err}", file=sys.stderr)
+            return 2
+        return report_main(
+            args.prometheus,
+            args.probe,
+            args.window,
+            args.output,
+            args.format,
+            step_text=args.step,
+            allow_partial=args.allow_partial,
+            workload=workload,
+        )
     if args.command == "lab":
         return _lab(args)
+    if args.command == "remediate":
+        from clusterhealth.fleet.remediate.command import main as remediate_main
+
+        return remediate_main(args)
     return _model(args)
 
 
@@ -173,6 +272,10 @@ def _lab(args: argparse.Namespace) -> int:
         degrade_path=path,
         factor=args.degrade_factor,
         restart_prometheus=args.restart_prometheus,
+        leaves=args.leaves,
+        degrade_uplink=args.degrade_uplink,
+        degrade_leaf=args.degrade_leaf,
+        report=Path(args.report) if args.report else None,
     )
     return lab.main(spec, args.json)
 

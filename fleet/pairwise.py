@@ -1,9 +1,10 @@
 """A pairwise group's history as read back from Prometheus: the meetings of a window, its rounds,
 its nodes, and what the reading missed.
 
-`analyze`, `model --prometheus` and `lab` read it here (the report of the pair-bandwidth matrix
-too): ``read_history`` returns the `History` without analysing it, ``judge`` runs the analysis
-(checks/fabric/analysis.py) on it.
+`analyze`, `model --prometheus`, `lab` and `report` read it here: ``read_history`` returns the
+`History` without analysing it, ``judge`` runs the analysis (checks/fabric/analysis.py) on it.
+Once judged, a history also answers what the report draws: each pair's latest and worst meeting
+(``History.pairs``) and each node's worst meeting of every round (``History.node_rounds``).
 
 It uses Prometheus's HTTP API (fleet/prometheus.py) and the Fabric series of SPEC alone, and reads
 them as **samples as scraped**, never as values Prometheus evaluated forward. A plain range query
@@ -43,6 +44,7 @@ results that cannot be tied to a node or a round. Without ``allow_partial`` it i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -54,6 +56,7 @@ from typing import Any
 from clusterhealth.checks import cost
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.analysis import Analysis, Meeting, Report, Rules
+from clusterhealth.checks.fabric.topology import PLACE_KEYS, Placement, placement
 from clusterhealth.fleet.prometheus import (
     NoVerdict,
     Partial,
@@ -74,6 +77,21 @@ PEER_SUCCESS = "clusterhealth_probe_peer_success"
 ROUND = "clusterhealth_probe_round"
 EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
 JOB_INFO = "clusterhealth_gpu_job_info"
+PLACEMENT_INFO = "clusterhealth_probe_placement_info"
+GPU_INFO = "clusterhealth_gpu_info"
+# clusterhealth_gpu_info's own labels but the chassis (the NVLink domain); the rest is the target.
+_GPU_LABELS = (
+    "gpu",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "serial",
+    "vbios_version",
+    "slot",
+    "tray",
+    "host_id",
+    "module_id",
+)
 
 # The windows a round is read in. A result is read when it stays exported over a whole window
 # in which its node's round did not change. The shortest lived is the confirming meeting's, from
@@ -121,6 +139,9 @@ class History:
     warnings: list[str]  # Prometheus's partial answers (warnings, isPartial), as problems' texts
     untied: list[str]  # results that could not be tied to a node or a round, and why
     node_info: list[dict[str, Any]] = field(repr=False, default_factory=list)  # as read
+    # Where each node sits, as its agent exports it (its members file) and NVML names its NVLink
+    # domain; nodes of unknown place are absent.
+    placement: dict[str, Placement] = field(default_factory=dict)
 
     @property
     def rounds(self) -> list[int]:
@@ -135,6 +156,59 @@ class History:
     @property
     def partial(self) -> bool:
         return bool(self.problems)
+
+    @property
+    def newest(self) -> float | None:
+        """When the newest result of the window was last scraped (Unix time); None without any."""
+        return max((m.last_seen for m in self.meetings), default=None)
+
+    def pairs(self) -> dict[tuple[str, str], PairMeetings]:
+        """Each pair that met in the window (a < b): its latest meeting and its worst, by
+        ``seen_ratio``. Once judged (``judge`` sets the meetings' ratios)."""
+        found: dict[tuple[str, str], PairMeetings] = {}
+        for m in self.meetings:  # in (round, a, b) order: a later meeting of a pair comes later
+            ratio = seen_ratio(m)
+            pair = found.get((m.a, m.b))
+            if pair is None:
+                found[(m.a, m.b)] = PairMeetings(m, m, 1)
+                continue
+            worst = seen_ratio(pair.worst)
+            if ratio is not None and (worst is None or ratio < worst):
+                pair.worst = m
+            pair.latest = m
+            pair.meetings += 1
+        return found
+
+    def node_rounds(self) -> dict[str, dict[int, float]]:
+        """Each node's worst ``seen_ratio`` in each round it met someone with a known result.
+        Once judged."""
+        found: dict[str, dict[int, float]] = {}
+        for m in self.meetings:
+            ratio = seen_ratio(m)
+            if ratio is None:
+                continue
+            for node in (m.a, m.b):
+                rounds = found.setdefault(node, {})
+                rounds[m.round] = min(ratio, rounds.get(m.round, ratio))
+        return found
+
+
+@dataclass
+class PairMeetings:
+    """A pair's meetings in the window, as the report's matrix shows them."""
+
+    latest: Meeting
+    worst: Meeting
+    meetings: int
+
+
+def seen_ratio(m: Meeting) -> float | None:
+    """A judged meeting's share of the reference as a picture shows it: its ratio; 0 for a run
+    that measured nothing and did not meet its expectation (failed, timed out); None when nothing
+    says how it went."""
+    if m.ratio is not None:
+        return m.ratio
+    return 0.0 if m.success is False else None
 
 
 def read_history(
@@ -170,7 +244,7 @@ def read_history(
         match = f'probe="{probe}"'
         period = _period(prometheus, probe, match, selector, end, window)
         step = max(step if step is not None else window_width(period), 0.001)
-        windows = Windows(end, step, max(int(window // step), 1))
+        windows = Windows(end, step, max(int(window // step), 1), prometheus.holds_left_edge(end))
         w = windows.selector
         # A node exports a new partner's series every round, so the per-partner families hold about
         # N series per round of the window. Prometheus evaluates a range query at every step for
@@ -213,6 +287,7 @@ def read_history(
             untied=reduced.problems,
             node_info=node_info,
         )
+        history.placement = _placement(prometheus, history)
         if jobs:
             history.jobs = _jobs(prometheus, history)
     # Decided after the last query: a partial answer to any of them (the jobs' too) is partial data.
@@ -245,7 +320,56 @@ def judge(
             problems=history.problems,
             workload=workload,
             jobs=history.jobs,
+            leaves={node: place.leaf for node, place in history.placement.items() if place.leaf},
         )
+
+
+def _names(node_info: Sequence[Mapping[str, Any]]) -> dict[Target, set[str]]:
+    """The node names each target had over the window, from ``clusterhealth_node_info``."""
+    names: dict[Target, set[str]] = {}
+    for series in node_info:
+        labels = series.get("metric", {})
+        if labels.get("node"):
+            names.setdefault(target_of(labels, ("node",)), set()).add(labels["node"])
+    return names
+
+
+def _placement(prometheus: Prometheus, history: History) -> dict[str, Placement]:
+    """Each node's place: its leaf, spine group, pod and rail as its agent exports them for the group
+    (the latest, should a node have moved in the window), and its NVLink domain where NVML names one
+    (``clusterhealth_gpu_info``'s chassis serial number)."""
+    selector = f"[{math.ceil(history.window)}s]"
+    names = _names(history.node_info)
+    match = f'probe="{history.probe}"'
+    found = prometheus.query(f"last_over_time({PLACEMENT_INFO}{{{match}}}{selector})", history.end)
+    places: dict[Target, set[Placement]] = {}
+    for series in found:
+        labels = series.get("metric", {})
+        places.setdefault(target_of(labels, ("probe", *PLACE_KEYS)), set()).add(placement(labels))
+    if any(len(seen) > 1 for seen in places.values()):
+        # A node that moved within the window: where it is at the end.
+        latest = f"[{math.ceil(history.step)}s]"
+        for series in prometheus.query(f"last_over_time({PLACEMENT_INFO}{{{match}}}{latest})", history.end):
+            labels = series.get("metric", {})
+            target = target_of(labels, ("probe", *PLACE_KEYS))
+            if len(places.get(target, ())) > 1:
+                places[target] = {placement(labels)}
+    domains: dict[Target, set[str]] = {}
+    without = ", ".join(_GPU_LABELS)
+    query = f'group without ({without}) (last_over_time({GPU_INFO}{{chassis_serial!=""}}{selector}))'
+    for series in prometheus.query(query, history.end):
+        labels = series.get("metric", {})
+        domains.setdefault(target_of(labels, ("chassis_serial",)), set()).add(labels["chassis_serial"])
+    found_places: dict[str, Placement] = {}
+    for target in places.keys() | domains.keys():
+        seen, chassis = places.get(target, set()), domains.get(target, set())
+        place = next(iter(seen)) if len(seen) == 1 else Placement()
+        domain = next(iter(chassis)) if len(chassis) == 1 else None
+        place = dataclasses.replace(place, nvlink_domain=domain)
+        if place.known:
+            for node in names.get(target, set()) & history.nodes:
+                found_places[node] = place
+    return found_places
 
 
 def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]] | None:
@@ -254,11 +378,7 @@ def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]]
     found = prometheus.query(f"last_over_time({JOB_INFO}[{JOBS_LOOKBACK}])", history.end)
     if not found:
         return None
-    names: dict[Target, set[str]] = {}
-    for series in history.node_info:
-        labels = series.get("metric", {})
-        if labels.get("node"):
-            names.setdefault(target_of(labels, ("node",)), set()).add(labels["node"])
+    names = _names(history.node_info)
     gpus: dict[tuple[str, str, str, str], set[tuple[Target, str, str]]] = {}
     on: dict[Target, set[tuple[str, str, str, str]]] = {}
     for series in found:

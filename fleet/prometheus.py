@@ -4,6 +4,9 @@
 module alone: ``/api/v1/query``, ``/api/v1/query_range`` and ``/api/v1/series``, with what each
 call cost (requests, bytes, seconds waiting and decoding).
 
+The same calls read VictoriaMetrics, Thanos and Mimir, which answer Prometheus's API with their
+own habits; every request asks each of them for a whole, unshifted answer (``WHOLE_ANSWER``).
+
 An answer can be partial without being an error. Prometheus says so in ``warnings`` (a remote
 store or a federated source that did not answer); VictoriaMetrics' cluster and some Thanos and
 Mimir set-ups answer ``"isPartial": true`` instead (some storage nodes did not answer). Both are
@@ -14,7 +17,7 @@ not the API's JSON raises `NoVerdict`, naming the server and what it answered.
 The rest reads Prometheus's answers as they come, without trusting them: a series' scrape target
 (``target_of``), its points (``points``), a sample's text as a number (``number``), and range
 queries cut into consecutive windows (``Windows``), so that each point holds only the samples
-scraped inside its window.
+scraped inside its window, whichever store answers.
 """
 
 from __future__ import annotations
@@ -64,6 +67,21 @@ def valid_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+# Asked of every store with every request; Prometheus and single-node VictoriaMetrics ignore what
+# is not theirs. VictoriaMetrics otherwise answers a range query of 50 points or more on a grid
+# moved to multiples of its step (to cache it), so that two queries of one window disagree on its
+# time, and an instant query of its newest 30 s (-search.latencyOffset) from 30 s earlier
+# (`nocache`); its cluster answers without the storage nodes that did not answer
+# (`deny_partial_response`), as Thanos' querier does (`partial_response`). A partial answer that
+# comes anyway still says so (IS_PARTIAL).
+WHOLE_ANSWER = {"nocache": "1", "deny_partial_response": "1", "partial_response": "false"}
+
+# VictoriaMetrics replaces the points of a range query that fall in its newest 30 s
+# (-search.latencyOffset) with the point before them when the step is under a minute
+# (-search.maxStepForPointsAdjustment, at its default): narrower windows are asked in interleaved
+# queries with a step of a minute or more.
+UNADJUSTED_STEP_MS = 60_000
+
 # What a store that answers `isPartial` means by it, said once per answer like a warning.
 IS_PARTIAL = "the store answered isPartial: true (some of its storage nodes did not answer)"
 
@@ -81,6 +99,7 @@ class Prometheus:
     bytes_read: int = 0
     seconds_waiting: float = 0.0  # for Prometheus's answers (evaluating, encoding, sending)
     seconds_decoding: float = 0.0  # decoding the JSON
+    _left_edge: bool | None = field(default=None, repr=False)  # holds_left_edge's answer, once asked
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """An instant query's ``result`` (a list of ``{"metric": labels, "value": [t, text]}``)."""
@@ -97,6 +116,15 @@ class Prometheus:
         params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         return [{"metric": labels} for labels in self._get("/api/v1/series", params, "data")]
 
+    def holds_left_edge(self, at: float) -> bool:
+        """Whether the store's range selector ``[w]`` at ``t`` holds a sample that lies exactly at
+        ``t - w``: Prometheus before 3.0 does (``[t - w, t]``), VictoriaMetrics and Prometheus 3 do
+        not (``(t - w, t]``). Asked once, of a subquery whose points fall on both edges."""
+        if self._left_edge is None:
+            found = self.query("count_over_time(vector(1)[2s:1s])", math.floor(at))
+            self._left_edge = [number(v) for _, v in points(found[0])] == [3.0] if found else False
+        return self._left_edge
+
     def mark(self) -> int:
         """Where the warnings stand now, for ``partial_since``."""
         return len(self.warnings)
@@ -108,7 +136,7 @@ class Prometheus:
         ]
 
     def _get(self, path: str, params: dict[str, str], key: str = "result") -> list[dict[str, Any]]:
-        url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
+        url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode({**params, **WHOLE_ANSWER})
         began = time.perf_counter()
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
@@ -157,10 +185,15 @@ class Windows:
     end: float
     width: float
     count: int
+    # The store's range selectors hold a sample at their left edge (`Prometheus.holds_left_edge`):
+    # the selector is a millisecond shorter, so that a sample on the edge between two windows (a
+    # timestamp is a whole millisecond) is read in one of them.
+    left_edge: bool = False
 
     @property
     def selector(self) -> str:
-        return f"[{max(round(self.width * 1000), 1)}ms]"
+        width_ms = max(round(self.width * 1000), 1)
+        return f"[{max(width_ms - 1, 1) if self.left_edge else width_ms}ms]"
 
     def read(
         self, prometheus: Prometheus, promql: str, per_query: int = MAX_POINTS - 1
@@ -169,18 +202,23 @@ class Windows:
         windows (and under Prometheus's limit of points).
 
         The steps are computed in whole milliseconds from the same origin for every query, so
-        that the samples of two queries at one window carry the same timestamp."""
+        that the samples of two queries at one window carry the same timestamp. Windows narrower
+        than ``UNADJUSTED_STEP_MS`` are asked every ``stride``-th in one query, ``stride`` queries
+        side by side."""
         end_ms, width_ms = round(self.end * 1000), max(round(self.width * 1000), 1)
+        stride = -(-UNADJUSTED_STEP_MS // width_ms)
         chunk = max(1, min(per_query, MAX_POINTS - 1))
         # A series asked in two queries comes back twice, each with its points of that query: the
         # readers take points one by one, so the parts need no joining.
         parts: list[dict[str, Any]] = []
         for first in range(0, self.count, chunk):
             last = min(first + chunk, self.count) - 1
-            # Window i (0 = the oldest) ends at end - (count - 1 - i) * width.
-            start = (end_ms - (self.count - 1 - first) * width_ms) / 1000
-            stop = (end_ms - (self.count - 1 - last) * width_ms) / 1000
-            parts += prometheus.query_range(promql, start, stop, width_ms / 1000)
+            for lead in range(first, min(first + stride, last + 1)):
+                tail = last - (last - lead) % stride
+                # Window i (0 = the oldest) ends at end - (count - 1 - i) * width.
+                start = (end_ms - (self.count - 1 - lead) * width_ms) / 1000
+                stop = (end_ms - (self.count - 1 - tail) * width_ms) / 1000
+                parts += prometheus.query_range(promql, start, stop, stride * width_ms / 1000)
         return parts
 
 

@@ -200,6 +200,49 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
         agent.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "slow: a test (or a module's tests, or an xdist group) of tens of seconds: started first, so "
+        "that `make test`'s workers are not left waiting on it at the end (tests/README.md)",
+    )
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture set up once for more than one test (module, class or
+    package scope): such a module runs on one worker, which sets the fixture up once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `make test`'s workers (pytest-xdist, `--dist loadgroup`): a module whose tests share a
+    module-scoped fixture is one group, so its Prometheus, agents or lab start once; and the slow
+    groups and tests go first, in collection order, each group's tests kept together
+    (tests/README.md)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+    def unit(item: pytest.Item) -> str:
+        marker = item.get_closest_marker("xdist_group")
+        return str(marker.args[0]) if marker is not None else item.nodeid
+
+    slow = {unit(item) for item in items if item.get_closest_marker("slow") is not None}
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(unit(item), index)
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (unit(item) not in slow, first_seen[unit(item)], order[id(item)]))
+
+
 @pytest.fixture(scope="session")
 def readme_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A throwaway root holding what the README's systemd-node install put in place: its
@@ -242,3 +285,24 @@ def kube(kube_session: KubeAPI) -> KubeAPI:
     """The session's Kubernetes API with no Node and no object a test left behind."""
     kube_session.reset()
     return kube_session
+
+
+@pytest.fixture(scope="session")
+def fabric_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Simulated pairwise groups backfilled into three real Prometheus servers (tests/fabric_store.py),
+    once a session for every test that reads them."""
+    from .fabric_store import serve
+
+    yield from serve(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's chromium without network, driven through the DevTools protocol (tests/browser.py)."""
+    from .browser import Browser
+
+    opened = Browser(tmp_path_factory.mktemp("browser"))
+    try:
+        yield opened
+    finally:
+        opened.close()

@@ -43,6 +43,7 @@ DEBUG_INFO = FIXTURES / "nccl-tests" / "nccl-debug-info"
 NCCL_SOCKETS_INFO = DEBUG_INFO / "nccl-issue-952_no_ib_device_socket_and_p2p_ipc.log"
 IPERF_OUTPUT = FIXTURES / "iperf3" / "01_tcp_loopback.json"
 PAIRWISE_MEMBERS = {"healthy": "127.0.0.81", "fabric": "127.0.0.82"}
+PAIRWISE_PERIOD = 12
 PAGE_WAIT, TICKET_WAIT = "2s", "6s"
 FAST_COLLECTORS = {
     "gpu": {"interval_seconds": 1},
@@ -98,7 +99,9 @@ def _pairwise_group(ports: tuple[int, int]) -> dict[str, Any]:
     return {
         "name": "pairs",
         "members": PAIRWISE_MEMBERS,
-        "period_seconds": 12,
+        # Each on a leaf of its own, as a members file places them (the Fabric dashboard's leaves).
+        "placement": {node: {"leaf": f"leaf-{node}"} for node in PAIRWISE_MEMBERS},
+        "period_seconds": PAIRWISE_PERIOD,
         "port": ports[0],
         "confirm_port": ports[1],
         "timeout_seconds": 2.5,
@@ -146,7 +149,8 @@ def _kmsg(path: Path, scenario: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def running_fleet(tmp: Path) -> Iterator[Fleet]:
+def running_fleet(tmp: Path, profile: dict[str, Any] | None = None) -> Iterator[Fleet]:
+    """The fleet, its rules rendered with ``profile`` (default: the mixin's TEST_PROFILE)."""
     healthy_sys, faulty_sys = tmp / "healthy-sys", tmp / "faulty-sys"
     sim_sysfs.build(healthy_sys, faulty=False)
     sim_sysfs.build(faulty_sys)
@@ -189,7 +193,9 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         ),
     }
     rules = tmp / "rules.yaml"
-    rules.write_text(mixin.render(mixin.load_config(None, mixin.TEST_PROFILE)))
+    rules.write_text(
+        mixin.render(mixin.load_config(None, mixin.TEST_PROFILE if profile is None else profile))
+    )
 
     agents: dict[str, AgentProcess] = {}
     servers: list[Any] = []

@@ -277,3 +277,114 @@ def running(*servers: _Server) -> Iterator[None]:
     finally:
         for server in reversed(started):
             server.stop()
+
+
+class VictoriaMetrics(_Server):
+    """Single-node VictoriaMetrics (Debian's `victoria-metrics`), empty or scraping
+    ``scrape_configs`` with its own scraper (-promscrape.config), with ``flags`` beside."""
+
+    name = "victoria-metrics"
+    package = "victoria-metrics"
+
+    def __init__(self, tmp: Path, scrape_configs: list[dict[str, Any]] = (), flags: list[str] = ()):  # type: ignore[assignment]
+        super().__init__(tmp)
+        self.flags = list(flags)
+        self.config_path: Path | None = None
+        if scrape_configs:
+            self.config_path = self.tmp / "promscrape.yml"
+            self.config_path.write_text(yaml.safe_dump({"scrape_configs": scrape_configs}))
+
+    def argv(self) -> list[str]:
+        argv = [
+            binary("victoria-metrics", self.package),
+            f"-storageDataPath={self.tmp / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=WARN",
+            *self.flags,
+        ]
+        if self.config_path is not None:
+            argv.append(f"-promscrape.config={self.config_path}")
+        return argv
+
+    def __enter__(self) -> VictoriaMetrics:
+        self.start()
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+        with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+            return bool(response.status == 200)
+
+    def import_text(self, text: str) -> None:
+        """Samples in the Prometheus text or OpenMetrics format, with their timestamps
+        (/api/v1/import/prometheus), searchable on return."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/import/prometheus", data=text.encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert response.status == 204, response.status
+        with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=60) as response:
+            assert response.status == 200
+
+    def query(self, expr: str, **params: str) -> list[dict[str, Any]]:
+        body = get_json(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr, **params})}")
+        if body.get("status") != "success":
+            raise AssertionError(f"{expr}: {body}")
+        return list(body["data"]["result"])
+
+
+class VMAlert(_Server):
+    """vmalert (Debian's `victoria-metrics`) evaluating ``rules`` against ``datasource`` every
+    ``interval``, writing the recording rules' series back to it (vmalert keeps none of its own),
+    sending its alerts to ``notifier`` (an Alertmanager's address, or a `Webhook`'s)."""
+
+    name = "vmalert"
+    package = "victoria-metrics"
+
+    def __init__(
+        self,
+        tmp: Path,
+        rules: Path,
+        datasource: str,
+        notifier: str,
+        interval: str = "1s",
+        flags: list[str] = (),  # type: ignore[assignment]
+    ):
+        super().__init__(tmp)
+        self.rules, self.datasource, self.notifier, self.interval = rules, datasource, notifier, interval
+        self.flags = list(flags)
+
+    def argv(self) -> list[str]:
+        return [
+            binary("vmalert", self.package),
+            f"-rule={self.rules}",
+            f"-datasource.url={self.datasource}",
+            f"-remoteWrite.url={self.datasource}",
+            f"-remoteWrite.flushInterval={self.interval}",
+            f"-notifier.url={self.notifier}",
+            f"-evaluationInterval={self.interval}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=WARN",
+            *self.flags,
+        ]
+
+    def __enter__(self) -> VMAlert:
+        self.start()
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+        with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+            return bool(response.status == 200)
+
+    def groups(self) -> list[dict[str, Any]]:
+        """The groups and their rules as vmalert holds them (/api/v1/rules), with each rule's
+        last error."""
+        return list(get_json(f"{self.url}/api/v1/rules")["data"]["groups"] or [])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"] or [])

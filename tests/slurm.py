@@ -1,9 +1,14 @@
 """A real Slurm cluster on this one host, for the tests of what runs under Slurm.
 
 Debian's `slurmctld`, `slurmd` and client commands (Slurm 22.05) and a private `munged`, as root.
-Everything a cluster keeps is in its own folder: the munge key and socket (`AuthInfo=socket=`),
-slurm.conf and gres.conf, slurmctld's state, each slurmd's spool, the logs. Its ports are free
-ones picked at start, its ClusterName is unique: two clusters (two tests, two clones) run at once.
+Everything a cluster keeps is in its own folder: the munge key, slurm.conf and gres.conf,
+slurmctld's state, the logs, the nodes' layers. What holds unix sockets (munged's socket,
+`AuthInfo=socket=`; each slurmd's spool, where its job steps listen; the nodes' /dev/log) is in a
+short folder of its own beside it, `run` in the cluster's folder links to it: a socket's path has at
+most 107 bytes, and a test's tmp_path under pytest-xdist can be most of that
+(`/tmp/pytest-of-root/pytest-485/popen-gw3/test_the_installed_health_chec0/slurm` is 79). Its ports
+are free ones picked at start, its ClusterName is unique: two clusters (two tests, two clones) run
+at once.
 
 The nodes are `NodeName=n[1-N] NodeHostname=<this host> Port=A-B`, one `slurmd -N nX` each, as
 Slurm's multiple-slurmd build allows. A slurmd does not pass its environment to what it runs: the
@@ -32,9 +37,11 @@ import os
 import random
 import re
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -55,8 +62,8 @@ JOB_ENDED = {
 }  # fmt: skip
 OVERLAID = ("etc", "opt", "run", "usr/local", "dev")
 NVIDIA_MAJOR = 195
-# Unix socket paths are limited to 108 bytes.
-SOCKET_PATH_MAX = 100
+# A unix socket's path has at most 107 bytes (108 with its NUL).
+SOCKET_PATH_MAX = 107
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,7 @@ class SlurmCluster:
         self.conf = base / "etc" / "slurm.conf"
         self.env = {**_clean_env(), "SLURM_CONF": str(self.conf)}
         self.startup_seconds = 0.0
+        self._step = "not started"
         self._munged: subprocess.Popen[bytes] | None = None
         self._slurmctld: subprocess.Popen[bytes] | None = None
         self._slurmd: dict[str, subprocess.Popen[bytes]] = {}
@@ -165,6 +173,7 @@ class SlurmCluster:
         self.ctld_port = 0
         self.first_node_port = 0
         self._conf_as_made = ""
+        self._sockets: Path | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -190,28 +199,46 @@ class SlurmCluster:
                     self._stop_daemons()
                     if attempt == 2:
                         raise
-        except BaseException:
-            logs = self.logs()
+        except Exception as exc:
+            # What failed, where, and what the daemons said: an exception before any daemon wrote
+            # a line (a path, a port, a tool) has nothing in the logs.
+            logs = self.logs() or "(no daemon wrote to its log)"
             self.stop()
-            raise RuntimeError(f"the Slurm cluster in {self.base} did not start:\n{logs}") from None
+            raise RuntimeError(
+                f"the Slurm cluster in {self.base} did not start: {self._step}: "
+                f"{type(exc).__name__}: {exc}\n{logs}"
+            ) from exc
+        except BaseException:
+            self.stop()
+            raise
         self.startup_seconds = time.monotonic() - began
 
     def _start_once(self, timeout: float) -> None:
+        self._step = "making its folders"
         for d in ("etc", "state", "log", "jobs", "munge"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        self._make_sockets_folder()
+        self._step = "picking its ports"
         self.ctld_port = _free_port_range(1 + len(self.node_names))
         self.first_node_port = self.ctld_port + 1
+        self._step = "starting munged"
         self._start_munged()
+        self._step = "writing slurm.conf"
         self._write_config()
+        self._step = "preparing the nodes' folders"
         self._prepare_nodes()
+        self._step = "opening the nodes' /dev/log sockets"
         self._start_syslog()
+        self._step = "starting slurmctld"
         self._slurmctld = self._spawn(
             [require_tool("slurmctld"), "-D", "-f", str(self.conf)], self.base / "log" / "slurmctld.out"
         )
         for name in self.node_names:
+            self._step = f"starting slurmd {name}"
             self._start_slurmd(name)
         # Responding, not necessarily in service: a HealthCheckProgram may drain a node as its
         # slurmd starts.
+        self._step = "waiting for every node to respond"
         self.wait(lambda: all(n.responding for n in self.nodes().values()), timeout, "every node responding")
 
     def stop(self) -> None:
@@ -228,6 +255,26 @@ class SlurmCluster:
             for s in self._syslog_sockets.values():
                 s.close()
             self._syslog_sockets.clear()
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
+            self._sockets = None
+
+    def _make_sockets_folder(self) -> None:
+        if self._sockets is not None:
+            return
+        self._sockets = Path(tempfile.mkdtemp(prefix=f"{self.name}."))
+        self._sockets.chmod(0o755)
+        # The longest socket in it: a job step's in its slurmd's spool, `<node>_<job id>.<step
+        # id>[.<het component>]` (Slurm's slurmstepd/req.c), 32-bit numbers.
+        node = max(self.node_names, key=len)
+        longest = self._spool(node) / f"{node}_{2**32 - 1}.{2**32 - 1}.{2**32 - 1}"
+        if len(str(longest)) > SOCKET_PATH_MAX:
+            raise RuntimeError(
+                f"{self._sockets} (in $TMPDIR) is too long a path for the cluster's unix sockets"
+            )
+        link = self.base / "run"
+        link.unlink(missing_ok=True)
+        link.symlink_to(self._sockets)
 
     def _stop_daemons(self) -> None:
         for name in list(self._slurmd):
@@ -258,11 +305,10 @@ class SlurmCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o600)
-        sock_dir = self.base / "munge" / "run"
+        assert self._sockets is not None
+        sock_dir = self._sockets / "munge"
         sock_dir.mkdir(mode=0o755, exist_ok=True)
         self.munge_socket = sock_dir / "munge.socket"
-        if len(str(self.munge_socket)) > SOCKET_PATH_MAX:
-            raise RuntimeError(f"{self.base} is too long a path for the cluster's sockets")
         self._munged = self._spawn(
             [
                 require_tool("munged"), "--foreground", "--force",
@@ -302,9 +348,9 @@ class SlurmCluster:
             "AuthInfo": f"socket={self.munge_socket}",
             "CredType": "cred/munge",
             "StateSaveLocation": str(self.base / "state"),
-            "SlurmdSpoolDir": str(self.base / "spool" / "%n"),
+            "SlurmdSpoolDir": str(self._spool("%n")),
             "SlurmctldPidFile": str(self.base / "state" / "slurmctld.pid"),
-            "SlurmdPidFile": str(self.base / "spool" / "slurmd.%n.pid"),
+            "SlurmdPidFile": str(self.base / "state" / "slurmd.%n.pid"),
             "SlurmctldLogFile": str(self.base / "log" / "slurmctld.log"),
             "SlurmdLogFile": str(self.base / "log" / "slurmd.%n.log"),
             # No cgroup plugins: they would need the machine's cgroup tree for each node.
@@ -363,7 +409,7 @@ class SlurmCluster:
                 (root / d).mkdir(parents=True, exist_ok=True)
                 (root / ".work" / d).mkdir(parents=True, exist_ok=True)
             (root / ".keep").mkdir(exist_ok=True)
-            (self.base / "spool" / name).mkdir(parents=True, exist_ok=True)
+            self._spool(name).mkdir(parents=True, exist_ok=True)
             # What a node's tools read from /etc/slurm: `scontrol` in the HealthCheckProgram.
             (root / "etc" / "slurm").mkdir(exist_ok=True)
             for conf in ("slurm.conf", "gres.conf"):
@@ -375,11 +421,16 @@ class SlurmCluster:
                 if not device.exists():
                     os.mknod(device, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, i))
             log = root / "dev" / "log"
-            if not log.is_symlink():
-                log.symlink_to(self._syslog_path(name))
+            log.unlink(missing_ok=True)
+            log.symlink_to(self._syslog_path(name))
+
+    def _spool(self, name: str) -> Path:
+        assert self._sockets is not None
+        return self._sockets / "spool" / name
 
     def _syslog_path(self, name: str) -> Path:
-        return self.base / "nodes" / f"{name}.log.sock"
+        assert self._sockets is not None
+        return self._sockets / "log" / f"{name}.sock"
 
     def _node_script(self, name: str) -> str:
         root = self.node_root(name)
@@ -626,6 +677,7 @@ class SlurmCluster:
             if name in self._syslog_sockets:
                 continue
             path = self._syslog_path(name)
+            path.parent.mkdir(exist_ok=True)
             path.unlink(missing_ok=True)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             s.bind(str(path))

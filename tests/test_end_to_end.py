@@ -17,7 +17,7 @@ from clusterhealth.dashboards import build
 from clusterhealth.exporters.gpu import GpuCollector
 from clusterhealth.exporters.rdma import RdmaCollector
 
-from .fleet import TICKET_WAIT, Fleet, running_fleet, settle, wait_until_series
+from .fleet import PAIRWISE_PERIOD, TICKET_WAIT, Fleet, running_fleet, settle, wait_until_series
 from .prom import Webhook, wait_for
 from .test_dashboards import concrete, exported_names, load, queries, recorded_names, used_names
 
@@ -30,6 +30,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 RECEIVER = {"critical": "pager", "warning": "ticket"}
+REMEDIATION = "clusterhealth_remediation_"
 
 # (node, alertname, labels that single the alert out, severity)
 EXPECTED = [
@@ -287,7 +288,9 @@ def test_every_name_is_emitted_by_the_agent_or_recorded(fleet: Fleet) -> None:
         meeting[:] = [fleet.exposition("healthy")]
         return "clusterhealth_probe_peer_success" in meeting[0]
 
-    fleet.agents["healthy"].wait_for(met, 30, "a pairwise meeting")
+    # A meeting's series show for the rest of its round only, and a loaded machine may sit a round
+    # out (a slot that started too late, a partner's server not up in time): rounds, not seconds.
+    fleet.agents["healthy"].wait_for(met, 8 * PAIRWISE_PERIOD, "a pairwise meeting")
     exported |= exported_names(meeting[0])
     for node in fleet.agents:
         exported |= exported_names(fleet.exposition(node))
@@ -297,6 +300,8 @@ def test_every_name_is_emitted_by_the_agent_or_recorded(fleet: Fleet) -> None:
     known = exported | recorded_names()
     for where, names in used_names().items():
         assert names, where
+        # The remediator's own series: tests/test_remediate_fleet.py checks them against its /metrics.
+        names = {n for n in names if not n.startswith(REMEDIATION)}
         allowed = known | opt_in if where == "rules" else known
         assert names <= allowed, f"{where} uses names nobody emits: {sorted(names - allowed)}"
 

@@ -1,13 +1,15 @@
 """`clusterhealth analyze` against a real Prometheus holding simulated groups' results.
 
-The results are what agents would have exported (checks/fabric/simulation.py plays the real
-schedule), written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from openmetrics`
-into a fresh data directory, and served by the Debian `prometheus` on a free port, with its
-default lookback (5 minutes, longer than a round here). Backfilled data carries no staleness
-markers (nor do series that vanished while Prometheus was down, federated copies or some remote
-stores): an evaluated range query would show a partner's result again beside the next round's
-number, one meeting counted twice. `analyze` reads samples as scraped, so every meeting counts
-once.
+The results are what agents would have exported, backfilled into the Debian `prometheus`
+(tests/fabric_store.py, built once a session and shared with tests/test_report.py). Backfilled
+data carries no staleness markers (nor do series that vanished while Prometheus was down,
+federated copies or some remote stores): an evaluated range query would show a partner's result
+again beside the next round's number, one meeting counted twice. `analyze` reads samples as
+scraped, so every meeting counts once.
+
+Two groups are trees (8 leaves of 8, their members placed): a bad uplink and a host, a bad leaf and
+a path inside another leaf, each named as its kind as in-process, with the places (and the NVLink
+domains of `clusterhealth_gpu_info`) read back.
 
 Beside the groups, `clusterhealth_gpu_job_info` names the jobs on the nodes of one of them, as
 Prometheus stores it (the workload's `job` as `exported_job`, empty labels absent), so that each
@@ -25,75 +27,50 @@ from __future__ import annotations
 
 import json
 import math
-import random
-import shutil
-import socket
 import subprocess
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from clusterhealth.checks.fabric import analysis, topology
 from clusterhealth.checks.fabric import simulation as sim
 from clusterhealth.checks.fabric.schedule import RoundTiming
+from clusterhealth.checks.fabric.topology import Placement
 from clusterhealth.fleet import analyze as analyzing
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, Prometheus
 from tests.conftest import CLUSTERHEALTH
-
-PERIOD = 120.0  # at most the lookback delta (300 s): a result would be read again in the next round
-SCRAPE = 15.0
-N = 8
-NOISY = 200  # nodes of the groups with single spurious shorts
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is missing: `make test` installs the Debian prometheus package")
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fabric_store import (
+    COUNT,
+    EXPECTATION,
+    LAST,
+    NOISY,
+    PERIOD,
+    PLAYED,
+    SHIFT,
+    TREE,
+    TREE_PATH,
+    N,
+    Servers,
+    free_port,
+    tool,
+    tree_names,
+)
 
 
-# The groups are played with these round numbers and moved to the last hour when exported, so
-# that the data is the same on every run (the pairings depend on the round number).
-BASE, COUNT = 1_000_000, 30
-LAST = BASE + COUNT - 1
-PLAYED: dict[str, list[sim.Round]] = {}  # the rounds each group played, by probe name
-SHIFT: list[int] = []  # how far they were moved
+@pytest.fixture(scope="module")
+def servers(fabric_store: Servers) -> Servers:
+    return fabric_store
 
 
-def _group(
-    probe: str,
-    fault_from: int | None = None,
-    bad_hosts: dict[str, float] | None = None,
-    bad_paths: dict[frozenset[str], float] | None = None,
-    *,
-    first: int = BASE,
-    n: int = N,
-    seed: str | None = None,
-    **noise: float,
-) -> list[sim.Round]:
-    fleet = sim.Fleet(sim.node_names(n), seed=seed or probe, period=PERIOD, **{"p_busy": 0.0, **noise})
-    group = sim.Group(fleet, random.Random(3))
-    rounds = []
-    for r in range(first, LAST + 1):
-        if r == fault_from:
-            fleet.bad_hosts.update(bad_hosts or {})
-            fleet.bad_paths.update(bad_paths or {})
-        rounds.append(group.play(r))
-    PLAYED.setdefault(probe, rounds)
-    return rounds
+@pytest.fixture(scope="module")
+def prometheus(servers: Servers) -> str:
+    return servers.url
 
 
 def _unconfirmed_singles(rounds: list[sim.Round]) -> int:
@@ -108,205 +85,6 @@ def _unconfirmed_singles(rounds: list[sim.Round]) -> int:
         for m in rnd.meetings
         if m.short and not m.confirming and (m.round + 1, frozenset((m.server, m.client))) not in confirmed
     )
-
-
-def _serve(server: str, root: Path, data: Path, config: str) -> tuple[subprocess.Popen[bytes], str]:
-    (root / f"{data.name}.yml").write_text(config)
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            server,
-            f"--config.file={root / f'{data.name}.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(root / f"{data.name}.log").open("w"),
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                if response.status == 200:
-                    return process, url
-        except OSError:
-            time.sleep(0.1)
-    process.terminate()
-    pytest.fail(f"prometheus did not become ready: {(root / f'{data.name}.log').read_text()[-2000:]}")
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    promtool, server = _tool("promtool"), _tool("prometheus")
-    root = tmp_path_factory.mktemp("prometheus")
-    shift = int(time.time() // PERIOD) - 2 - LAST  # the data ends a few minutes before now
-    SHIFT.append(shift)
-    families: dict[str, list[str]] = {}
-
-    def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
-        part = sim.exposition_history(
-            probe,
-            sim.shifted(rounds, shift),
-            PERIOD,
-            sim.node_names(n),
-            scrape_interval=SCRAPE,
-            node_info=node_info,
-        )
-        for name, lines in part.items():
-            families.setdefault(name, []).extend(lines)
-        return part
-
-    add("healthy", _group("healthy"))
-    add("hostfault", _group("hostfault", LAST - 2, bad_hosts={"h3": 0.5}))
-    # The bad path starts the round before h2 and h5 meet, so their meeting and its confirmation
-    # fall in the data.
-    schedule = sim.Group(sim.Fleet(sim.node_names(N), seed="pathfault"), random.Random(0)).schedule
-    met = sim.meeting_round(schedule, "h2", "h5", LAST - 10)  # at most LAST - 4: room to confirm
-    add("pathfault", _group("pathfault", met, bad_paths={sim.path("h2", "h5"): 0.5}))
-    add("fewrounds", _group("fewrounds", first=LAST - 1))
-    # Agents of their own (instances renamed-hI), h1's renamed h1b halfway: each result goes to
-    # the name the agent had then.
-    renamed = sim.exposition_history(
-        "renamed", sim.shifted(_group("renamed"), shift), PERIOD, sim.node_names(N), scrape_interval=SCRAPE
-    )
-    halfway = (LAST - COUNT // 2 + 1 + shift) * PERIOD
-    for name, lines in renamed.items():
-        for line in lines:
-            line = line.replace('instance="h', 'instance="renamed-h')
-            if float(line.rsplit(" ", 1)[1]) >= halfway:
-                line = line.replace('node="h1"', 'node="h1b"')
-            families.setdefault(name, []).append(line)
-    # A node nobody can reach: its runs measure nothing, only peer_success 0 is exported.
-    add("unreachable", _group("unreachable", LAST - 3, bad_hosts={"h4": 0.0}))
-    # Nodes of their own (jobs-h1..jobs-h8, agents and names), jobs-h3 bad, with the jobs on them.
-    jobs = sim.exposition_history(
-        "jobfault",
-        sim.shifted(_group("jobfault", LAST - 2, bad_hosts={"h3": 0.5}), shift),
-        PERIOD,
-        sim.node_names(N),
-        scrape_interval=SCRAPE,
-    )
-    for name, lines in jobs.items():
-        families.setdefault(name, []).extend(line.replace('"h', '"jobs-h') for line in lines)
-    families[JOB_INFO] = list(_job_info(shift))
-    # Agents that expect twice what the group reaches (a fleet-wide slowdown), h3 bad at the end.
-    add("expectation", _group("expectation", LAST - 2, bad_hosts={"h3": 0.5}))
-    families[EXPECTED] = list(_expected("expectation", shift))
-    add("partial", _group("partial"))
-    # One more agent of the "partial" group whose node_info Prometheus never got.
-    stray = sim.exposition_history(
-        "partial",
-        sim.shifted(PLAYED["partial"], shift),
-        PERIOD,
-        sim.node_names(N),
-        scrape_interval=SCRAPE,
-        node_info=False,
-    )
-    for name, lines in stray.items():
-        families.setdefault(name, []).extend(
-            line.replace('instance="h1:9845"', 'instance="stray:9845"') for line in lines if "h1:9845" in line
-        )
-    # 200 nodes whose only faults are single short runs (2 %), some never played again in the
-    # next round because an end was busy then (5 %); the same noise with a bad host and a bad path
-    # confirmed by its second meeting.
-    noise = {"p_short": 0.02, "p_busy": 0.05}
-    add("noise", _group("noise", n=NOISY, **noise), NOISY)
-    noisy = sim.Group(sim.Fleet(sim.node_names(NOISY), seed="noise"), random.Random(0)).schedule
-    partner = noisy.partner("h2", LAST - 8)
-    assert partner is not None
-    bad_path = {sim.path("h2", partner.other("h2")): 0.5}
-    faults = _group("noisefaults", LAST - 8, {"h3": 0.5}, bad_path, n=NOISY, seed="noise", **noise)
-    add("noisefaults", faults, NOISY)
-    source = root / "data.om"
-    source.write_text(sim.openmetrics(families))
-    data = root / "tsdb"
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-        check=True,
-        capture_output=True,
-    )
-    # The same blocks behind a remote store that refuses connections: Prometheus answers every
-    # query with what it has and a warning; or, asking it for the jobs' series alone, only the
-    # jobs' query.
-    shutil.copytree(data, root / "partial-tsdb")
-    shutil.copytree(data, root / "jobs-partial-tsdb")
-    dead = f"http://127.0.0.1:{_free_port()}/api/v1/read"
-    remote = f"scrape_configs: []\nremote_read:\n  - url: {dead}\n    read_recent: true\n"
-    served = [
-        _serve(server, root, data, "global:\n  scrape_interval: 15s\nscrape_configs: []\n"),
-        _serve(server, root, root / "partial-tsdb", remote),
-        _serve(
-            server,
-            root,
-            root / "jobs-partial-tsdb",
-            remote + f"    required_matchers:\n      __name__: {JOB_INFO}\n",
-        ),
-    ]
-    try:
-        yield Servers(served[0][1], served[1][1], served[2][1])
-    finally:
-        for process, _ in served:
-            process.terminate()
-            process.wait(timeout=30)
-
-
-JOB_INFO = "clusterhealth_gpu_job_info"
-# (node, GPUs, labels): job 4242 runs on jobs-h3, jobs-h6 and jobs-h7 (16 GPUs), a pod on jobs-h3's
-# other four GPUs, job 77 on jobs-h1 alone; job 13 ran on jobs-h3 until half an hour before the end.
-JOBS = [
-    ("jobs-h3", range(4), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
-    ("jobs-h6", range(4), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
-    ("jobs-h7", range(8), 'exported_job="4242",scheduler="slurm",source="mapping_dir"'),
-    (
-        "jobs-h3",
-        range(4, 8),
-        'container="trainer",namespace="ml",pod="trainer-0",scheduler="kubernetes",source="pod_resources"',
-    ),
-    ("jobs-h1", range(8), 'exported_job="77",scheduler="slurm",source="cgroup"'),
-]
-ENDED = ("jobs-h3", range(4), 'exported_job="13",scheduler="slurm",source="mapping_dir"')
-
-
-def _job_info(shift: int) -> Iterator[str]:
-    """The jobs' series as scraped over the last twenty rounds and up to now (the job that ended, up
-    to half an hour before the data's end)."""
-    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 2 + shift) * PERIOD
-    for (node, gpus, labels), until in [*((job, end) for job in JOBS), (ENDED, end - 1800)]:
-        for gpu in gpus:
-            target = f'instance="{node}:9845",job="clusterhealth"'
-            series = f'{JOB_INFO}{{{target},gpu="{gpu}",uuid="GPU-{node}-{gpu}",{labels}}}'
-            t = start + 7
-            while t < until:
-                yield f"{series} 1 {t:.3f}"
-                t += SCRAPE
-
-
-EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
-EXPECTATION = 2.5e9  # bytes/s: twice the 10 Gbit/s the simulated links reach
-
-
-def _expected(probe: str, shift: int) -> Iterator[str]:
-    """Every agent's expectation for the group, as scraped over its last twenty rounds."""
-    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 1 + shift) * PERIOD
-    for node in sim.node_names(N):
-        t = start + 7
-        while t < end:
-            target = f'instance="{node}:9845",job="clusterhealth"'
-            yield f'{EXPECTED}{{{target},probe="{probe}"}} {EXPECTATION:.1f} {t:.3f}'
-            t += SCRAPE
-
-
-@dataclass(frozen=True)
-class Servers:
-    url: str  # the backfilled blocks
-    partial: str  # the same, answering with warnings
-    jobs_partial: str  # the same, answering the jobs' query alone with a warning
-
-
-@pytest.fixture(scope="module")
-def prometheus(servers: Servers) -> str:
-    return servers.url
 
 
 def _analyze(*args: str) -> subprocess.CompletedProcess[str]:
@@ -478,6 +256,56 @@ def test_the_same_noise_with_a_bad_host_and_a_confirmed_path_names_exactly_those
     assert result["fleet"]["slowdown"] is False
 
 
+def _in_process(probe: str) -> set[tuple[str, str]]:
+    """The verdict on a group's played rounds, analysed without Prometheus (by exported names)."""
+    meetings = analysis.merge(sim.reports(PLAYED[probe], PERIOD))
+    judged = analysis.analyze(probe, meetings, window_seconds=COUNT * PERIOD, leaves=TREE)
+    return {(s.kind, tree_names(s.name)) for s in judged.suspects}
+
+
+def test_a_bad_uplink_and_a_bad_host_in_the_tree_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeuplink")
+    assert code == 1
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("uplink", "leaf3"), ("host", "t45")} == _in_process("treeuplink")
+    assert _unconfirmed_singles(PLAYED["treeuplink"]) >= 5, "the store's lookback would make paths of them"
+    assert result["meetings"] == _played("treeuplink")
+    uplink = next(s for s in result["suspects"] if s["kind"] == "uplink")
+    assert uplink["hosts"] == [f"t{i}" for i in range(17, 25)] == result["leaves"]["leaf3"]
+    assert set(result["leaves"]) == {f"leaf{i}" for i in range(1, 9)}
+    evidence = uplink["evidence"]
+    assert 0.45 <= evidence["median_ratio"] <= 0.55 and evidence["ongoing"]
+    assert evidence["inside"]["fine"] > evidence["inside"]["short"]
+    assert 0.45 <= uplink["impact"]["bandwidth_ratio"] <= 0.55
+    table = _analyze("--prometheus", prometheus, "--probe", "treeuplink", "--window", "2h").stdout
+    row = next(line for line in table.splitlines() if line.startswith("leaf3 "))
+    assert row.split()[1] == "uplink" and "8 hosts (t17, t18, ...): fine inside" in row
+
+
+def test_a_bad_leaf_and_a_path_inside_another_leaf_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeleaf")
+    assert code == 1
+    path = "<->".join(sorted(tree_names(n) for n in TREE_PATH[0]))
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("leaf", "leaf5"), ("path", path)} == _in_process("treeleaf")
+    leaf = next(s for s in result["suspects"] if s["kind"] == "leaf")
+    assert leaf["evidence"]["inside"]["short"] > leaf["evidence"]["inside"]["fine"]
+
+
+def test_the_places_are_read_back_with_the_nvlink_domain(prometheus: str) -> None:
+    history = pairwise.read_history(Prometheus(prometheus), "treeuplink", 7200)
+    assert history.placement["t1"] == Placement(leaf="leaf1", nvlink_domain="rack-1")
+    assert history.placement["t64"] == Placement(leaf="leaf8", nvlink_domain="rack-4")
+    assert len(history.placement) == 64
+    order = topology.ordered(sorted(history.nodes), history.placement)
+    assert order[:9] == [f"t{i}" for i in range(1, 10)], "by leaf, then t2 before t10"
+    # As the report groups them: (leaf,) per node.
+    assert topology.outermost_first(history.placement)["t9"] == ("leaf2",)
+    # A group without places: none read, nothing by leaf.
+    flat = pairwise.read_history(Prometheus(prometheus), "noise", 7200)
+    assert flat.placement == {} and pairwise.judge(flat).leaves == {}
+
+
 def test_an_answer_with_warnings_gives_no_confident_verdict(servers: Servers) -> None:
     # A remote store that did not answer: Prometheus returns what it has, with a warning.
     done = _analyze("--prometheus", servers.partial, "--probe", "hostfault", "--window", "2h", "--json")
@@ -571,7 +399,7 @@ def test_unknown_group_has_no_data(prometheus: str) -> None:
 
 
 def test_prometheus_down() -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     done = _analyze("--prometheus", f"http://127.0.0.1:{port}", "--probe", "fabric", "--json")
     assert done.returncode == 3
     assert "cannot reach Prometheus" in done.stderr and "Connection refused" in done.stderr
@@ -581,10 +409,10 @@ def test_prometheus_down() -> None:
 def test_empty_prometheus(tmp_path: Path) -> None:
     config = tmp_path / "prometheus.yml"
     config.write_text("scrape_configs: []\n")
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
-            _tool("prometheus"),
+            tool("prometheus"),
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}",

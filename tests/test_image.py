@@ -3,10 +3,14 @@ bootstraps itself (no registry is reachable here), then the agent run inside the
 
 - The base is what Debian's own images are made from: `mmdebstrap` (bookworm, minbase, python3,
   the slim images' dpkg path excludes) from the Debian mirror, imported into buildah.
-- The image is built by the README's own `make image IMAGE=...` command (its Install section),
-  with three variables added for this machine: the bootstrapped base (`BASE=`), buildah's vfs
-  storage in the test cache and chroot isolation (what works without a container runtime). The
-  README's `buildah push` needs a registry, which the test machines do not have.
+- The image is built by the README's own `make image IMAGE=...` command (its Install section), in
+  a copy of the clone (tests/dist.py's `source_copy`: the build folders are the copy's, so the other
+  packaging tests build in the clone meanwhile), with three variables added for this machine: the
+  bootstrapped base (`BASE=`), buildah's vfs storage in the test cache and chroot isolation (what
+  works without a container runtime). The tests then use the image by the ID buildah wrote
+  (`--iidfile`), not by the README's tag, which another clone's test run may be building meanwhile
+  in the same storage. The README's `buildah push` needs a registry, which the test machines do not
+  have.
 - Inside it, with `buildah run`: `clusterhealth scrape` on the golden node of tests/test_golden.py
   gives the golden exposition line for line, and `clusterhealth agent` serves /metrics and /healthz
   on loopback.
@@ -18,6 +22,7 @@ and a half longer. Delete the folder to start afresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,9 +34,11 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, require_tool, samples
-from .dist import VERSION, make
+from .dist import VERSION, make, source_copy
 from .node_root import BLOCKS, commands
 from .test_golden import GOLDEN_FILE, SPEC_GPU, comparable, golden_node
+
+pytestmark = pytest.mark.slow
 
 CACHE = Path(os.environ.get("CLUSTERHEALTH_TEST_CACHE", Path.home() / ".cache" / "clusterhealth-tests"))
 MIRROR = os.environ.get("CLUSTERHEALTH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -73,7 +80,14 @@ def _run(argv: list[str], timeout: float = 600, **kwargs: object) -> subprocess.
 
 
 def _size(path: Path) -> int:
-    return sum(p.lstat().st_size for p in path.rglob("*")) if path.exists() else 0
+    """Bytes of the files under path; a file another clone's test run removes meanwhile (the cache
+    is shared) counts nothing."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _base_image() -> str:
@@ -81,11 +95,15 @@ def _base_image() -> str:
     tarball = CACHE / f"bookworm-python3-{KEY}.tar"
     if not tarball.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = tarball.with_suffix(".partial.tar")
+        # Another clone's test run may be bootstrapping into the same cache at the same time.
+        partial = tarball.with_suffix(f".partial-{os.getpid()}.tar")
         _run([require_tool("mmdebstrap"), *BOOTSTRAP, str(partial), MIRROR])
         partial.rename(tarball)
-    if _size(CACHE / "storage") > STORAGE_LIMIT_BYTES:
-        subprocess.run([*_buildah(), "rmi", "--all", "--force"], capture_output=True, check=False)
+    # The images no tag names any more first (earlier builds): `rmi --all --force` also takes the
+    # images and containers another clone's test run is using, so it is the last resort.
+    for emptying in (["--prune"], ["--all", "--force"]):
+        if _size(CACHE / "storage") > STORAGE_LIMIT_BYTES:
+            subprocess.run([*_buildah(), "rmi", *emptying], capture_output=True, check=False)
     known = subprocess.run([*_buildah(), "inspect", "--type", "image", BASE], capture_output=True)
     if known.returncode != 0:
         container = _run([*_buildah(), "from", "scratch"]).stdout.strip()
@@ -95,12 +113,20 @@ def _base_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The image the README's command built, by its ID: the tag is the README's, and another clone's
+    test run may be building another image under it in the same storage meanwhile."""
     base = _base_image()
     buildah = " ".join(_buildah())
+    iidfile = tmp_path_factory.mktemp("image") / "iid"
+    clone, env = source_copy(tmp_path_factory.mktemp("clone"))
     assert MAKE_IMAGE.split()[:2] == ["make", "image"], MAKE_IMAGE
-    make(*MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", "BUILD_FLAGS=--isolation chroot")
-    return IMAGE
+    flags = f"BUILD_FLAGS=--isolation chroot --iidfile {iidfile}"
+    built = make(
+        *MAKE_IMAGE.split()[1:], f"BASE={base}", f"BUILDAH={buildah}", flags, directory=clone, env=env
+    )
+    assert f"Successfully tagged {IMAGE}\n" in built.stdout, built.stdout[-3000:]
+    return iidfile.read_text().strip()
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,9 @@ from clusterhealth.checks import cost
 
 from .conftest import ROOT, require_tool
 
+# About 95 s (three probe rounds and the all-reduce loop).
+pytestmark = pytest.mark.slow
+
 HARNESS = ROOT / "benchmarks" / "impact.py"
 
 

@@ -23,9 +23,11 @@ import pytest
 import yaml
 
 from .conftest import ROOT, SCENARIOS, AgentProcess, require_tool
-from .dist import VERSION, make, project_wheel, wheelhouse
+from .dist import BUILDS_FROM_THE_CLONE, VERSION, make, project_wheel, wheelhouse
 from .node_root import in_root
 from .slurm import SlurmCluster
+
+pytestmark = BUILDS_FROM_THE_CLONE
 
 UNIT = "usr/local/lib/systemd/system/clusterhealth.service"
 CONFIG = "etc/clusterhealth/clusterhealth.yaml"

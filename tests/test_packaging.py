@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from .conftest import ROOT
-from .dist import VERSION, make, project_wheel, wheelhouse
+from .dist import BUILDS_FROM_THE_CLONE, VERSION, make, project_wheel, wheelhouse
+
+pytestmark = BUILDS_FROM_THE_CLONE
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
 
@@ -116,6 +118,20 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv_outside_the_clone(tmp_pat
     model = subprocess.run([command, "model", *workload, "--bandwidth", "50GB/s", "--json"], **outside)  # type: ignore[call-overload]
     assert model.returncode == 0, model.stderr
     assert json.loads(model.stdout)["gradient_bytes"] == 14e9
+    # The report's template rides in the wheel; the image's set of packages leaves the report extra
+    # out, and the command says, in one line, what to install.
+    assert (site / "clusterhealth/fleet/report/page.html.j2").is_file()
+    report = subprocess.run(  # type: ignore[call-overload]
+        [command, "report", "--prometheus", "http://127.0.0.1:9", "-o", str(tmp_path / "report.html")],
+        **outside,
+    )
+    assert report.returncode == 2
+    assert re.fullmatch(
+        r"clusterhealth report: needs the report extra \(\w+ is not installed\): "
+        r"pip install 'clusterhealth\[report\]'\n",
+        report.stderr,
+    ), report.stderr
+    assert not (tmp_path / "report.html").exists()
     for data in (
         "clusterhealth.yaml",
         "systemd/clusterhealth.service",

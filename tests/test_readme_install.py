@@ -32,9 +32,11 @@ import pytest
 import yaml
 
 from .conftest import ROOT, SCENARIOS, require_tool
-from .dist import VERSION, project_wheel
+from .dist import BUILDS_FROM_THE_CLONE, VERSION, project_wheel
 from .node_root import BLOCKS, commands, in_root, readme_install_command, writable_overlays
 from .slurm import SlurmCluster
+
+pytestmark = BUILDS_FROM_THE_CLONE
 
 README = (ROOT / "README.md").read_text()
 ENABLE = r"sudo systemctl enable --now (\S+)"

@@ -215,3 +215,51 @@ def test_a_reader_that_does_not_keep_up_never_blocks_the_agent(tmp_path: Path) -
     sock.close()
     assert not sender.is_alive() and len(sent) == 500
     assert sent[0] is True and sent[-1] is False  # the queue filled up and later beats were dropped
+
+
+# --- the remediator's unit (deploy/systemd/clusterhealth-remediate.service) --------------------
+
+REMEDIATE_UNIT = ROOT / "deploy" / "systemd" / "clusterhealth-remediate.service"
+REMEDIATE_ENVIRONMENT = ROOT / "deploy" / "systemd" / "clusterhealth-remediate.default"
+REMEDIATE_SECURITY_THRESHOLD = 2.5
+
+
+@pytest.fixture
+def remediate_unit(tmp_path: Path) -> Path:
+    text = REMEDIATE_UNIT.read_text()
+    assert "\nExecStart=/usr/local/bin/clusterhealth remediate $CLUSTERHEALTH_REMEDIATE_ARGS\n" in text
+    copy = tmp_path / "clusterhealth-remediate.service"
+    copy.write_text(text.replace("ExecStart=/usr/local/bin/clusterhealth", f"ExecStart={CLUSTERHEALTH}"))
+    return copy
+
+
+def test_the_remediators_unit_verifies_and_scores_under_its_threshold(remediate_unit: Path) -> None:
+    verify = subprocess.run(
+        [systemd_analyze(), "verify", str(remediate_unit)],
+        capture_output=True,
+        text=True,
+        cwd=remediate_unit.parent,
+    )
+    assert verify.returncode == 0 and verify.stdout == verify.stderr == "", verify.stdout + verify.stderr
+    security = subprocess.run(
+        [systemd_analyze(), "security", "--offline=yes", str(remediate_unit)], capture_output=True, text=True
+    )
+    m = re.search(r"Overall exposure level for clusterhealth-remediate\.service: ([0-9.]+)", security.stdout)
+    assert m and float(m.group(1)) < REMEDIATE_SECURITY_THRESHOLD, security.stdout + security.stderr
+    assert f"under {REMEDIATE_SECURITY_THRESHOLD}" in (ROOT / "docs" / "remediation.md").read_text()
+
+
+def test_the_remediators_unit_starts_in_dry_run_with_its_state_where_the_config_says() -> None:
+    from clusterhealth.fleet.remediate.config import load
+
+    settings: dict[str, list[str]] = {}
+    for line in REMEDIATE_UNIT.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    assert settings["CapabilityBoundingSet"] == [""]
+    (args,) = re.findall(r'^CLUSTERHEALTH_REMEDIATE_ARGS="([^"]*)"$', REMEDIATE_ENVIRONMENT.read_text(), re.M)
+    assert "--act" not in args.split() and "--backend slurm" in args
+    config = load(ROOT / "deploy" / "remediate.yaml")
+    assert config.slurm.state_dir == "/var/lib/" + settings["StateDirectory"][0]
+    assert "--config /etc/clusterhealth/remediate.yaml" in args

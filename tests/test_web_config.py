@@ -764,6 +764,7 @@ def scan_with_testssl(testssl: str, port: int, ca: Path, report: Path) -> Scanne
     return ScannerReport(result.returncode, output, json.loads(report.read_text()))
 
 
+@pytest.mark.slow  # testssl.sh's scan: about 20 s
 def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki, agent: Any) -> None:
     """testssl.sh (the Debian package) against the agent with its default TLS settings and a
     certificate of a test CA it is told to trust. Its protocol, cipher-category, server-order,

@@ -24,9 +24,9 @@ SIGTERM, print gigabytes, fork helpers that outlive them (MPI launchers, ``iperf
   in a driver call) a daemon thread waits for it and the result says so in ``error``.
 * A missing or non-executable program is a result with ``error`` set, never an exception.
 * ``stop_all()`` ends every run in progress the same way (SIGTERM to its group, then SIGKILL), for
-  an agent that is shutting down: the children run in sessions of their own, so nothing else
-  would stop a probe server that waits for a client, and it would hold its port after the agent.
-  Those results have ``cancelled`` set.
+  an agent that is shutting down, and returns once they have ended: the children run in sessions
+  of their own, so nothing else would stop a probe server that waits for a client, and it would
+  hold its port after the agent. Those results have ``cancelled`` set.
 """
 
 from __future__ import annotations
@@ -142,16 +142,24 @@ class _Capture:
 
 _RUNNING: set[_Supervisor] = set()
 _RUNNING_LOCK = threading.Lock()
+# Notified each time a run ends and leaves _RUNNING.
+_ENDED = threading.Condition(_RUNNING_LOCK)
 _STOPPING = threading.Event()
 
 
 def stop_all() -> None:
-    """End every run in progress, and any started from now on, as on a timeout (``cancelled``)."""
+    """End every run in progress, and any started from now on, as on a timeout (``cancelled``), and
+    return once the runs in progress have ended. The caller (an agent shutting down) exits next, and
+    its threads with it: a supervisor not yet scheduled (a loaded machine) would leave its probe
+    running on. Each run ends within its grace and the wait after SIGKILL; that is the bound."""
     _STOPPING.set()
     with _RUNNING_LOCK:
         running = list(_RUNNING)
     for supervisor in running:
         supervisor.cancel()
+    bound = max((s.kill_grace for s in running), default=0.0) + 2 * _AFTER_KILL_SECONDS
+    with _ENDED:
+        _ENDED.wait_for(lambda: not _RUNNING.intersection(running), timeout=bound)
 
 
 def template(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
@@ -236,8 +244,9 @@ def run(
             supervisor.cancel()
         return supervisor.supervise()
     finally:
-        with _RUNNING_LOCK:
+        with _ENDED:
             _RUNNING.discard(supervisor)
+            _ENDED.notify_all()
 
 
 def _start_error(exc: OSError, program: str, cwd: str | os.PathLike[str] | None) -> str:

@@ -4,7 +4,9 @@ For clusters that deploy with `kubectl apply -k` (or Argo CD, Flux) rather than 
 
 - `kustomize/base/`: the ServiceAccount, ConfigMap, headless Service and DaemonSet, in namespace
   `monitoring`;
-- `kustomize/prometheus-operator/`: the base plus the ServiceMonitor and the PrometheusRule.
+- `kustomize/prometheus-operator/`: the base plus the ServiceMonitor and the PrometheusRule;
+- `kustomize/remediator/`: `clusterhealth remediate --backend kubernetes` (dry-run), its RBAC
+  (eviction off) and its Service, for the Prometheus at `PROMETHEUS`.
 
 The objects are `helm template clusterhealth <chart> --namespace monitoring` with the chart's
 defaults, minus what only Helm uses (the `managed-by: Helm` and `helm.sh/chart` labels, the config
@@ -28,6 +30,9 @@ CHART = HERE / "helm" / "clusterhealth"
 KUSTOMIZE = HERE / "kustomize"
 BASE = KUSTOMIZE / "base" / "clusterhealth.yaml"
 OPERATOR = KUSTOMIZE / "prometheus-operator" / "monitoring.yaml"
+REMEDIATOR = KUSTOMIZE / "remediator" / "remediator.yaml"
+# The Prometheus Operator's Service for a Prometheus in `monitoring`; an overlay changes it.
+PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 RELEASE = "clusterhealth"
 NAMESPACE = "monitoring"
 
@@ -56,7 +61,8 @@ def render(helm: str, *values: str) -> list[str]:
     if result.returncode != 0:
         raise SystemExit(f"helm template failed:\n{result.stderr}")
     documents = ("\n" + result.stdout).split("\n---\n")
-    return [_HELM_ONLY.sub("", _SOURCE.sub("", d)).strip("\n") for d in documents if d.strip("-\n ")]
+    # Each line ends in a newline for the patterns, the document's last one too.
+    return [_HELM_ONLY.sub("", _SOURCE.sub("", d + "\n")).strip("\n") for d in documents if d.strip("-\n ")]
 
 
 def _kind(document: str) -> str:
@@ -71,11 +77,27 @@ def manifests(helm: str) -> dict[Path, str]:
     operator = [d for d in everything if _kind(d) in ("ServiceMonitor", "PrometheusRule")]
     if {_kind(d) for d in core} & {"ServiceMonitor", "PrometheusRule"} or len(operator) != 2:
         raise SystemExit("the chart's serviceMonitor/prometheusRule switches no longer do what this expects")
+    remediator = [
+        d
+        for d in render(
+            helm, "--set", "remediator.enabled=true", "--set", f"remediator.prometheus={PROMETHEUS}",
+            "--set", "serviceMonitor.enabled=false", "--set", "prometheusRule.enabled=false",
+        )
+        if "app.kubernetes.io/component: remediator" in d
+    ]  # fmt: skip
+    if {_kind(d) for d in remediator} != {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding",
+                                          "Role", "RoleBinding", "Deployment", "Service"}:  # fmt: skip
+        raise SystemExit("the chart's remediator objects are no longer those this expects")
     what_core = "The agent's objects; apply with `kubectl apply -k deploy/kubernetes/kustomize/base`."
     what_operator = "The ServiceMonitor and PrometheusRule, for the Prometheus Operator."
+    what_remediator = (
+        "The remediator, dry-run, eviction off (docs/remediation.md); `kubectl apply -k "
+        "deploy/kubernetes/kustomize/remediator`."
+    )
     return {
         BASE: HEADER.format(what=what_core) + "---\n" + "\n---\n".join(core) + "\n",
         OPERATOR: HEADER.format(what=what_operator) + "---\n" + "\n---\n".join(operator) + "\n",
+        REMEDIATOR: HEADER.format(what=what_remediator) + "---\n" + "\n---\n".join(remediator) + "\n",
     }
 
 

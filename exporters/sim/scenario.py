@@ -123,6 +123,7 @@ LIST_CHOICES: dict[str, Collection[str]] = {
 GPU_DEFAULTS: dict[str, Any] = {
     "name": "NVIDIA H100 80GB HBM3",
     "vbios_version": "96.00.99.00.01",
+    "uuid": None,  # generated per GPU from the seed
     "serial": None,  # generated per GPU
     "pci_bus_id": None,  # generated per GPU
     "memory_total_mib": 81559,
@@ -330,12 +331,13 @@ def parse_scenario(data: Any, source: str, frozen_at_seconds: float | None = Non
     gpus = []
     for i in range(count):
         state = dict(base)
-        state["uuid"] = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"{seed}/{i}"))
         state["serial"] = base["serial"] or str(1654922000000 + 1009 * i)
         state["pci_bus_id"] = base["pci_bus_id"] or (
             DGX_H100_BUS_IDS[i] if i < len(DGX_H100_BUS_IDS) else f"00000000:{0x10 + i:02X}:00.0"
         )
         state.update(_gpu_state(per_gpu.get(i, {}), source, f"gpus.{i}"))
+        if state["uuid"] is None:
+            state["uuid"] = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"{seed}/{i}"))
         if state["minor_number"] is None:
             state["minor_number"] = i
         state["mig_devices"] = [

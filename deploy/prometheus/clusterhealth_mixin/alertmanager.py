@@ -21,6 +21,7 @@ NOUNS = {
     "pci_function": "a PCI function",
     "check": "a node's check",
     "job": "a job on a node",
+    "remediator": "the remediator",
 }
 # An audit check and the firmware component whose version it checks (checks/audits/firmware.py):
 # NodeCheckFailing of the check and FirmwareDrift of the component are the same finding.
@@ -40,7 +41,12 @@ def inhibit_rules(config: Config) -> list[tuple[str, dict[str, Any]]]:
     - a node's firmware check, failing, makes the fleet's FirmwareDrift for the same device
       redundant (the check fires first: `for_sustained` is shorter than `for_drift`)."""
     every = alerts(config)
-    on_nodes = [a for a in every if "instance" in SUBJECTS[a.about] and a.name != AGENT_DOWN]
+    # The remediator's instance is its own process, not a node's agent.
+    on_nodes = [
+        a
+        for a in every
+        if "instance" in SUBJECTS[a.about] and a.name != AGENT_DOWN and a.about != "remediator"
+    ]
     rules: list[tuple[str, dict[str, Any]]] = [
         (
             "While a node's agent cannot be scraped, its alerts describe a state nobody can see: the "

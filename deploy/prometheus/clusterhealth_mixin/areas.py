@@ -16,6 +16,8 @@ from . import (
     rdma_cases,
     recording,
     recording_cases,
+    remediation,
+    remediation_cases,
 )
 from .cases import Case
 from .config import Config
@@ -30,6 +32,7 @@ def groups(c: Config) -> list[Group]:
         fleet.group(c),
         agent.group(c),
         *jobs.groups(c),
+        remediation.group(c),
     ]
 
 
@@ -45,4 +48,5 @@ def cases() -> list[Case]:
         *fleet_cases.CASES,
         *agent_cases.CASES,
         *jobs_cases.CASES,
+        *remediation_cases.CASES,
     ]

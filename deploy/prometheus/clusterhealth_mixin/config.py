@@ -181,6 +181,18 @@ class Config:
     job_straggler_min_gpus: int = field(
         default=2, metadata={"doc": "JobStraggler: GPUs a job needs for its median to mean anything"}
     )
+    # The remediator (`clusterhealth remediate`, docs/remediation.md): a scrape job of its own.
+    remediation_selector: str = field(
+        default='job="clusterhealth-remediate"',
+        metadata={"doc": "label matchers of the remediator's scrape job"},
+    )
+    for_remediation: str = field(
+        default="5m", metadata={"doc": "the remediator's budget spent while nodes wait, before it pages"}
+    )
+    remediation_stale_seconds: float = field(
+        default=900,
+        metadata={"doc": "the remediator's latest successful reconcile older than this is stale"},
+    )
 
 
 # The profile tests/test_end_to_end.py runs: every duration short enough for a test of seconds.
@@ -191,6 +203,7 @@ TEST_PROFILE = {
     "for_drift": "2s",
     # Prometheus applies its first scrape targets up to 5 s after it starts: `up` is absent until then.
     "for_absent": "30s",
+    "for_remediation": "2s",
     "xid_window": "1m",
     "flap_window": "1m",
     "error_window": "1m",

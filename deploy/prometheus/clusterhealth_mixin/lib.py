@@ -27,6 +27,8 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     # A workload on a node (JobHitByNodeFault): `job` is stored as `exported_job` beside
     # Prometheus's own scrape job.
     "job": ("instance", "scheduler", "exported_job", "namespace", "pod"),
+    # The remediator (one per fleet, its own scrape job).
+    "remediator": ("instance",),
 }
 
 
