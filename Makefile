@@ -34,7 +34,9 @@ export SOURCE_DATE_EPOCH
 
 # `make install`: the package in its own virtualenv under /opt, the command in $(PREFIX)/bin
 # where the unit's ExecStart= looks, the unit, the environment file, the default config, the
-# Slurm health check and the node-problem-detector plugin; DESTDIR stages it for a package.
+# Slurm health check and the node-problem-detector plugin, and the remediator's unit, environment
+# file and config (installed, not enabled: one host of the cluster runs it, the Slurm controller);
+# DESTDIR stages it for a package.
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
 VENVDIR    ?= /opt/clusterhealth
@@ -44,6 +46,7 @@ DOCDIR     ?= $(PREFIX)/share/doc/clusterhealth
 # A wheel to install instead of this clone (`make install WHEEL=dist/clusterhealth-...whl`).
 WHEEL      ?=
 CONFIG     := $(SYSCONFDIR)/clusterhealth/clusterhealth.yaml
+REMEDIATE_CONFIG := $(SYSCONFDIR)/clusterhealth/remediate.yaml
 # Debian packages the test suite runs for real: promtool (prometheus), node_exporter for the
 # RDMA cross-check, iperf3 for the probe tests, amtool and Alertmanager for the Alertmanager
 # example and the end-to-end test, systemd-analyze for the unit, curl as a TLS client of the
@@ -116,6 +119,11 @@ install:
 		deploy/systemd/clusterhealth.service > $(DESTDIR)$(UNITDIR)/clusterhealth.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/clusterhealth.service
 	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
+		-e 's|/etc/default/clusterhealth-remediate|$(SYSCONFDIR)/default/clusterhealth-remediate|' \
+		-e 's|/etc/clusterhealth/remediate.yaml|$(REMEDIATE_CONFIG)|' \
+		deploy/systemd/clusterhealth-remediate.service > $(DESTDIR)$(UNITDIR)/clusterhealth-remediate.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/clusterhealth-remediate.service
+	sed -e 's|/usr/local/bin/clusterhealth|$(PREFIX)/bin/clusterhealth|' \
 		-e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' \
 		deploy/slurm/clusterhealth-healthcheck > $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck
@@ -127,12 +135,19 @@ install:
 	sed -e 's|/etc/clusterhealth/clusterhealth.yaml|$(CONFIG)|' deploy/systemd/clusterhealth.default \
 		> $(DESTDIR)$(DATADIR)/clusterhealth.default
 	install -m 0644 deploy/clusterhealth.yaml $(DESTDIR)$(DATADIR)/clusterhealth.yaml
+	sed -e 's|/etc/clusterhealth/remediate.yaml|$(REMEDIATE_CONFIG)|' \
+		-e 's|/etc/default/clusterhealth-remediate|$(SYSCONFDIR)/default/clusterhealth-remediate|' \
+		deploy/systemd/clusterhealth-remediate.default \
+		> $(DESTDIR)$(DATADIR)/clusterhealth-remediate.default
+	install -m 0644 deploy/remediate.yaml $(DESTDIR)$(DATADIR)/remediate.yaml
 	install -m 0644 deploy/slurm/slurm.conf.example deploy/prometheus/clusterhealth-rules.yaml \
 		deploy/alertmanager/alertmanager.yml $(DESTDIR)$(DATADIR)/
 	install -m 0644 README.md CHANGELOG.md LICENSE $(DESTDIR)$(DOCDIR)/
 	cp -R docs/. $(DESTDIR)$(DOCDIR)/
 	@for pair in $(DATADIR)/clusterhealth.default:$(SYSCONFDIR)/default/clusterhealth \
-	             $(DATADIR)/clusterhealth.yaml:$(CONFIG); do \
+	             $(DATADIR)/clusterhealth.yaml:$(CONFIG) \
+	             $(DATADIR)/clusterhealth-remediate.default:$(SYSCONFDIR)/default/clusterhealth-remediate \
+	             $(DATADIR)/remediate.yaml:$(REMEDIATE_CONFIG); do \
 		src=$(DESTDIR)$${pair%%:*}; dst=$(DESTDIR)$${pair##*:}; \
 		if [ -e "$$dst" ] && ! cmp -s "$$src" "$$dst"; then \
 			install -m 0644 "$$src" "$$dst.dist"; echo "kept $$dst (the new default is $$dst.dist)"; \
@@ -144,7 +159,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(VENVDIR) $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(PREFIX)/bin/clusterhealth $(DESTDIR)$(PREFIX)/sbin/clusterhealth-healthcheck \
 		$(DESTDIR)$(PREFIX)/sbin/clusterhealth-prolog $(DESTDIR)$(PREFIX)/sbin/clusterhealth-epilog \
-		$(DESTDIR)$(UNITDIR)/clusterhealth.service
+		$(DESTDIR)$(UNITDIR)/clusterhealth.service $(DESTDIR)$(UNITDIR)/clusterhealth-remediate.service
 
 test: venv sysdeps lint unit
 

@@ -30,6 +30,7 @@ from .slurm import SlurmCluster
 pytestmark = BUILDS_FROM_THE_CLONE
 
 UNIT = "usr/local/lib/systemd/system/clusterhealth.service"
+REMEDIATE_UNIT = "usr/local/lib/systemd/system/clusterhealth-remediate.service"
 CONFIG = "etc/clusterhealth/clusterhealth.yaml"
 
 
@@ -56,6 +57,19 @@ def test_make_install_lays_out_a_node(root: Path) -> None:
     unit = (root / UNIT).read_text()
     assert "\nExecStart=/usr/local/bin/clusterhealth agent $CLUSTERHEALTH_ARGS\n" in unit
     assert "\nEnvironmentFile=-/etc/default/clusterhealth\n" in unit
+    # The remediator's unit, flags and config, for the one host that enables it.
+    remediate = (root / REMEDIATE_UNIT).read_text()
+    assert "\nExecStart=/usr/local/bin/clusterhealth remediate $CLUSTERHEALTH_REMEDIATE_ARGS\n" in remediate
+    assert "\nEnvironmentFile=-/etc/default/clusterhealth-remediate\n" in remediate
+    (flags,) = [
+        line
+        for line in (root / "etc/default/clusterhealth-remediate").read_text().splitlines()
+        if line.startswith("CLUSTERHEALTH_REMEDIATE_ARGS=")
+    ]
+    assert "--config /etc/clusterhealth/remediate.yaml" in flags and "--act" not in flags  # dry-run
+    assert (root / "etc/clusterhealth/remediate.yaml").read_text() == (
+        ROOT / "deploy" / "remediate.yaml"
+    ).read_text()
     check = root / "usr/local/sbin/clusterhealth-healthcheck"
     assert stat.S_IMODE(check.stat().st_mode) == 0o755
     npd = (root / "usr/local/share/clusterhealth/node-problem-detector-clusterhealth.json").read_text()
@@ -67,7 +81,7 @@ def test_systemd_analyze_verify_passes_on_the_installed_unit(root: Path) -> None
     systemd_analyze = require_tool("systemd-analyze")
     result = in_root(
         root,
-        f"{systemd_analyze} verify /{UNIT}\n/usr/local/bin/clusterhealth --version\n",
+        f"{systemd_analyze} verify /{UNIT} /{REMEDIATE_UNIT}\n/usr/local/bin/clusterhealth --version\n",
         env={"PAGER": "cat"},
     )
     assert result.returncode == 0 and result.stderr == "", result.stdout + result.stderr
@@ -143,12 +157,18 @@ def test_a_staged_wheel_install_reinstall_and_uninstall(tmp_path: Path) -> None:
         "--config /etc/site/clusterhealth/clusterhealth.yaml"
         in (root / "etc/site/default/clusterhealth").read_text()
     )
+    remediate = (root / "usr/lib/systemd/system/clusterhealth-remediate.service").read_text()
+    assert "\nExecStart=/usr/bin/clusterhealth remediate $CLUSTERHEALTH_REMEDIATE_ARGS\n" in remediate
+    assert "\nEnvironmentFile=-/etc/site/default/clusterhealth-remediate\n" in remediate
+    remediate_flags = (root / "etc/site/default/clusterhealth-remediate").read_text()
+    assert "--config /etc/site/clusterhealth/remediate.yaml" in remediate_flags
+    assert (root / "etc/site/clusterhealth/remediate.yaml").exists()
     healthcheck = (root / "usr/sbin/clusterhealth-healthcheck").read_text()
     assert "CLUSTERHEALTH=${CLUSTERHEALTH:-/usr/bin/clusterhealth}" in healthcheck
     assert "CONFIG=${CLUSTERHEALTH_CONFIG:-/etc/site/clusterhealth/clusterhealth.yaml}" in healthcheck
     npd = (root / "usr/share/clusterhealth/node-problem-detector-clusterhealth.json").read_text()
     assert '"/etc/site/clusterhealth/clusterhealth.yaml"' in npd
-    for installed in (healthcheck, npd, unit):
+    for installed in (healthcheck, npd, unit, remediate, remediate_flags):
         assert "/etc/clusterhealth" not in installed and "/etc/default" not in installed
     (root / config).write_text("collectors: {gpu: {interval_seconds: 5}}\n")
     install(root, *site)
@@ -159,7 +179,9 @@ def test_a_staged_wheel_install_reinstall_and_uninstall(tmp_path: Path) -> None:
     assert left == [
         "etc/site/clusterhealth/clusterhealth.yaml",
         "etc/site/clusterhealth/clusterhealth.yaml.dist",
+        "etc/site/clusterhealth/remediate.yaml",
         "etc/site/default/clusterhealth",
+        "etc/site/default/clusterhealth-remediate",
     ]
 
 
