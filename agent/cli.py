@@ -200,7 +200,7 @@ def _config_errors() -> tuple[type[Exception], ...]:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from clusterhealth.agent.daemon import Agent, raise_open_file_limit
+    from clusterhealth.agent.daemon import Agent, limit_malloc_arenas, raise_open_file_limit
 
     config, overrides = load_config(args)
     if args.print_config:
@@ -208,6 +208,7 @@ def _agent(args: argparse.Namespace) -> int:
         return 0
     logsetup.set_level(config.log_level)
     raise_open_file_limit()
+    limit_malloc_arenas()  # before the agent starts its threads
     try:
         agent = Agent(args.config, overrides, config)
     except OSError as err:

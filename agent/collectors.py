@@ -88,6 +88,8 @@ def _rdma(config: Config, node: Node) -> RdmaCollector:
         rdma.exclude_devices,
         error_counters=rdma.error_counters,
         hw_counters=rdma.hw_counters,
+        # The files only opt-in families need are not read unless they are exported.
+        families=FamilySelection(RdmaCollector.opt_in, rdma.include_metrics, rdma.exclude_metrics),
     )
 
 
@@ -228,6 +230,9 @@ COLLECTORS: tuple[Entry, ...] = (
     ),
 )
 NAMES = tuple(entry.name for entry in COLLECTORS)
+# Each collector runs at its own fraction of a second past the multiples of its interval (see
+# agent/sampling.py): with whole-second intervals, no two collections start together.
+PHASES = {name: position / len(NAMES) for position, name in enumerate(NAMES)}
 
 
 def collectors_markdown() -> str:
@@ -296,6 +301,7 @@ class Collectors:
                     self._on_snapshot,
                     after,
                     _selection(collector, settings),
+                    phase=PHASES[entry.name],
                 )
                 self._samplers[entry.name] = sampler
             else:

@@ -12,11 +12,17 @@ it already holds, however many times the agent reloads, and /healthz keeps count
 A collector may wait for others (`after`): its first run starts once each of them has finished
 one (or hung past its timeout), because it reads what they publish. That order is stated, not left
 to start delays or list order.
+
+After its first run, a collector runs at a fixed phase of its interval on the monotonic clock
+(`next_run`), each collector at its own: the default intervals are whole seconds that divide one
+another (2, 5, 10, 15, 30, 60 s), so collectors started together would otherwise all run at the
+same instants every 30 s, share the interpreter for as long, and hold up scrapes together.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -62,8 +68,17 @@ PENDING = "no collection has finished yet"
 EVERY_FAMILY = FamilySelection()
 
 
+def next_run(started: float, interval: float, phase: float) -> float:
+    """When the run after one that started at `started` starts: the first moment `phase` seconds
+    past a multiple of `interval` (monotonic clock) and at least half an interval after `started`.
+    Once on its phase, a collector runs every `interval` seconds."""
+    earliest = started + interval / 2
+    return phase + math.ceil((earliest - phase) / interval) * interval
+
+
 class Sampler:
-    """Runs one collector every `interval` seconds on a daemon thread."""
+    """Runs one collector every `interval` seconds, at `phase` seconds past a multiple of it, on a
+    daemon thread."""
 
     def __init__(
         self,
@@ -73,8 +88,10 @@ class Sampler:
         on_snapshot: Callable[[], None] = lambda: None,
         after: Sequence[Sampler] = (),
         select: Callable[[str], bool] = EVERY_FAMILY,
+        phase: float = 0.0,
     ):
         self.collector = collector
+        self.phase = phase
         # Which of the collector's families are exported (the per-family switch).
         self.select = select
         self.name = collector.name
@@ -83,6 +100,7 @@ class Sampler:
         self._on_snapshot = on_snapshot
         self._snapshot: Snapshot | None = None
         self._running_since: float | None = None
+        self._snapshots = 0  # runs finished
         self._generation = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -178,7 +196,7 @@ class Sampler:
             self.run_once()
             self._close_retired()
             while not self._stop.is_set():
-                remaining = started + self.interval - time.monotonic()
+                remaining = next_run(started, self.interval, self.phase) - time.monotonic()
                 if remaining <= 0:
                     break
                 # A reconfiguration wakes the loop so that a shorter interval applies at once.
@@ -266,6 +284,7 @@ class Sampler:
             generation=self._generation,
         )
         self._snapshot = snapshot
+        self._snapshots += 1
         if snapshot.success:
             self.last_success_at, self.last_success_monotonic = snapshot.finished_at, end
         self._running_since = None
@@ -285,6 +304,13 @@ class Sampler:
             _close(collector)
 
     # -- reporting ---------------------------------------------------------------------------
+
+    def version(self, now: float) -> tuple[int, bool]:
+        """What `status` depends on, cheaply: the runs finished, and whether one is hung. Two equal
+        versions give the same status (but for a hung run's age)."""
+        running_since = self._running_since
+        hung = running_since is not None and (self._abandoned or now - running_since > self.timeout)
+        return self._snapshots, hung
 
     def status(self, now: float | None = None) -> Status:
         now = time.monotonic() if now is None else now

@@ -37,8 +37,6 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-import bcrypt
-
 from clusterhealth.agent.settings import ConfigError, from_mapping
 from clusterhealth.agent.yamlfile import read_yaml
 from clusterhealth.checks.schema import setting
@@ -453,6 +451,8 @@ class Credentials:
         self._lock = threading.Lock()  # guards _verified
         self.checking = threading.Lock()  # one bcrypt at a time
         cost = min(int(_BCRYPT_HASH.fullmatch(h.decode())["cost"]) for h in self._users.values())  # type: ignore[index]
+        import bcrypt  # only where basic auth is configured
+
         self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=max(4, min(cost, 31))))
 
     @staticmethod
@@ -486,6 +486,8 @@ class Credentials:
         for name, candidate in self._users.items():
             if hmac.compare_digest(name.encode(), user):
                 hashed, found = candidate, True
+        import bcrypt
+
         with self.checking:
             try:
                 good = bcrypt.checkpw(password, hashed) and found

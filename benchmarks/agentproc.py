@@ -1,17 +1,20 @@
 """The agent as the benchmarks start it: on a port of its choosing, its log kept draining.
 
-Each script runs as `python benchmarks/<name>.py`, so this folder is on its import path.
+Each script runs as `python benchmarks/<name>.py`, so this folder is on its import path. The
+command is this virtualenv's `clusterhealth`, or the one CLUSTERHEALTH_COMMAND names (another
+build's, to measure two side by side on the same machine).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-CLUSTERHEALTH = str(Path(sys.executable).parent / "clusterhealth")
+CLUSTERHEALTH = os.environ.get("CLUSTERHEALTH_COMMAND") or str(Path(sys.executable).parent / "clusterhealth")
 _SERVING = re.compile(r"serving /metrics and /healthz on [^ ]+:(\d+)")
 
 

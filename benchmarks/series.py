@@ -13,12 +13,18 @@ functions in `pcie_aer`):
 - healthy: the healthy H100 scenario (all 8 GPUs answer) on the healthy tree.
 
 /metrics is fetched once every collector has reported and the audit has run, plain and gzipped.
-A series is a sample line; the top families are printed by count. node_exporter (the Debian
+A series is a sample line; the top families are printed by count.
+
+Then every moment: the same two nodes at the default settings, the faulty scenario running from
+the agent's start instead of frozen (GPU 6 answers for its first 45 s, then falls off the bus),
+/metrics counted every second for `--watch` seconds from the first time every collector has
+reported; the most any scrape had is issue 27's goal (at most 800 series on every node at every
+moment). node_exporter (the Debian
 `prometheus-node-exporter`, `--collector.disable-defaults --collector.infiniband`) reads the
 same tree with irdma0 removed and an empty counter filled (node_exporter 1.5 drops its whole
 collector on either; benchmarks/rdma_latency.py says why).
 
-Usage: benchmarks/series.py [--node-exporter PATH] [--top 12]
+Usage: benchmarks/series.py [--node-exporter PATH] [--top 12] [--watch 75]
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import collections
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,11 +71,15 @@ def get(port: int, path: str = "/metrics", gzipped: bool = False) -> bytes:
         return bytes(response.read())
 
 
-def lay_out(root: Path, node: str) -> list[str]:
+GOAL = 800  # issue 27: series per node at the default settings, at every moment
+
+
+def lay_out(root: Path, node: str, frozen: bool = True) -> list[str]:
     """The node's files under `root`; the agent's flags that point at them."""
     if node == "faulty":
         data = yaml.safe_load((SCENARIO_DIR / "h100-faulty.yaml").read_text())
-        data["frozen_at_seconds"] = 600
+        if frozen:
+            data["frozen_at_seconds"] = 600
     else:
         data = yaml.safe_load((SCENARIO_DIR / "h100-healthy.yaml").read_text())
     scenario = root / f"{node}.yaml"
@@ -80,6 +91,16 @@ def lay_out(root: Path, node: str) -> list[str]:
     return ["--simulate", str(scenario), "--sysfs-root", str(root / "sys"), "--kmsg-path", str(kmsg)]
 
 
+def wait_for_every_collector(port: int, log: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        health = json.loads(get(port, "/healthz"))["collectors"]
+        if all(c["success"] is not None for c in health.values()) and len(health) == len(COLLECTORS):
+            return
+        time.sleep(0.2)
+    raise SystemExit("the agent's collectors did not all report within 60 s:\n" + "".join(log))
+
+
 def scrape_agent(flags: list[str], config: dict[str, object] | None, root: Path) -> tuple[bytes, int]:
     """(the plain exposition, its gzipped size) once every collector has reported."""
     args = list(flags)
@@ -89,19 +110,30 @@ def scrape_agent(flags: list[str], config: dict[str, object] | None, root: Path)
         args = ["--config", str(path), *args]
     proc, port, log = start_agent(*args)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            health = json.loads(get(port, "/healthz"))["collectors"]
-            if all(c["success"] is not None for c in health.values()) and len(health) == len(COLLECTORS):
-                break
-            time.sleep(0.2)
-        else:
-            raise SystemExit("the agent's collectors did not all report within 60 s:\n" + "".join(log))
+        wait_for_every_collector(port, log)
         plain = get(port)
         return plain, len(get(port, gzipped=True))
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def watch_agent(flags: list[str], seconds: float) -> list[tuple[float, int]]:
+    """(seconds since the agent started, series) of a scrape every second, from the first time
+    every collector has reported until `seconds` after the start."""
+    started = time.monotonic()
+    proc, port, log = start_agent(*flags)
+    counts: list[tuple[float, int]] = []
+    try:
+        wait_for_every_collector(port, log)
+        while time.monotonic() - started < seconds:
+            plain = get(port)
+            counts.append((time.monotonic() - started, sum(families(plain, "clusterhealth_").values())))
+            time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return counts
 
 
 def scrape_node_exporter(binary: str, root: Path) -> tuple[bytes, int]:
@@ -142,7 +174,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--node-exporter", default=NODE_EXPORTER, metavar="PATH", help=f"default {NODE_EXPORTER}")
     ap.add_argument("--top", type=int, default=12, help="families listed per run (default 12)")
+    ap.add_argument(
+        "--watch", type=float, default=75, help="seconds each node is watched at the defaults (default 75)"
+    )
     args = ap.parse_args()
+    loads = [os.getloadavg()[0]]
     runs: dict[tuple[str, str], tuple[collections.Counter[str], int, int]] = {}
     for node in ("faulty", "healthy"):
         for settings, config in (("default", None), ("full detail", FULL_DETAIL)):
@@ -167,6 +203,27 @@ def main() -> int:
             f"| node_exporter infiniband (the faulty tree without irdma0) | default | "
             f"{sum(ib.values()):,} | {len(ib)} | {len(plain):,} (whole response) | {zipped:,} |"
         )
+
+    watched: dict[str, list[tuple[float, int]]] = {}
+    for node in ("faulty", "healthy"):
+        with tempfile.TemporaryDirectory(prefix="clusterhealth-series-") as tmp:
+            watched[node] = watch_agent(lay_out(Path(tmp), node, frozen=False), args.watch)
+        loads.append(os.getloadavg()[0])
+    print(
+        f"\nEvery moment, at the default settings: a scrape a second until {args.watch:g} s after the "
+        "agent started\n(the faulty scenario running, GPU 6 off the bus from 45 s):\n"
+    )
+    print("| node | scrapes | first | most (at) | fewest | goal | ok |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    for node, counts in watched.items():
+        most = max(counts, key=lambda c: c[1])
+        fewest = min(c[1] for c in counts)
+        ok = "yes" if most[1] <= GOAL else "NO"
+        print(
+            f"| {node} | {len(counts)} | {counts[0][1]} | **{most[1]}** ({most[0]:.0f} s) | {fewest} | "
+            f"≤ {GOAL} | {ok} |"
+        )
+    print(f"\nload average (1 min) during the runs: {min(loads):.2f} .. {max(loads):.2f}")
 
     for key in (("healthy", "default"), ("faulty", "default"), ("faulty", "full detail")):
         counts = runs[key][0]

@@ -18,7 +18,7 @@ from clusterhealth.checks.audits import CheckResult, Observations, firmware_inve
 from clusterhealth.checks.kernel_watch import SeenEvent
 from clusterhealth.checks.policy import Policy
 from clusterhealth.exporters.gpu import GpuState
-from clusterhealth.exporters.infiniband import RdmaDevice, read_rdma_devices
+from clusterhealth.exporters.infiniband import NO_COUNTERS, RdmaDevice, read_rdma_devices
 from clusterhealth.exporters.netdev import read_netdev_mtus
 
 log = logging.getLogger("clusterhealth.audit")
@@ -78,7 +78,8 @@ class AuditCollector:
 
     def _rdma(self) -> list[RdmaDevice] | None:
         try:
-            return read_rdma_devices(self.sysfs_root)
+            # The audits read ports, firmware and links, no counter.
+            return read_rdma_devices(self.sysfs_root, counters=NO_COUNTERS)
         except FileNotFoundError:
             return []  # no RDMA hardware: nothing to audit, not unknown
         except OSError as err:

@@ -358,12 +358,12 @@ def rdma_row() -> list[Builder[dm.Panel]]:
             ],
         ),
         graph(
-            "HCA PCIe link width",
-            "Lanes each HCA's PCIe link trained at, against its maximum (RDMAPCIeLinkDegraded).",
-            [
-                Query(f"clusterhealth_rdma_device_pcie_link_width{{{SEL}}}", "{{device}}"),
-                Query(f"max(clusterhealth_rdma_device_pcie_link_width_max{{{SEL}}})", "maximum"),
-            ],
+            "HCA PCIe links",
+            "The audit's hca_pcie_link check of each HCA: 0 its link at its maximum width (and "
+            "generation, where the policy asks), 1 WARNING, 2 CRITICAL, 3 UNKNOWN "
+            "(RDMAPCIeLinkDegraded). The lanes themselves are opt-in: "
+            "collectors.rdma.include_metrics: [clusterhealth_rdma_device_pcie_*].",
+            [Query(f'clusterhealth_check_status{{{SEL},check="hca_pcie_link"}}', "{{subject}}")],
         ),
     ]
 

@@ -14,8 +14,9 @@ every quirk of those files is dealt with here so the collector only maps records
   kernel `drivers/infiniband/core/sysfs.c`, `PORT_PMA_ATTR(name, counter, width, offset)`), so a
   counter at 2^width - 1 has stopped counting: `RdmaPort.pinned_at_max` says which.
 
-The files are read through exporters/sysfs.py, which bounds every read and holds the counter
-files open between collections.
+The files are read through exporters/sysfs.py, which bounds every read and holds the files read
+on every collection open between collections. A reader asks for the counter files it needs
+(`CounterSelection`): the rdma collector those of the families it exports, the audits none.
 """
 
 from __future__ import annotations
@@ -34,13 +35,11 @@ from clusterhealth.exporters.sysfs import (
     Failure,
     ReadCache,
     decode,
-    errno_name,
+    held_files,
     identity,
     link_name,
-    open_directory,
-    read_directory,
+    read_held_directory,
     read_raw,
-    read_text,
 )
 
 T = TypeVar("T")
@@ -265,17 +264,39 @@ def _parse_lanes(text: str) -> int | None:
     return int(match["lanes"]) if match else None
 
 
-def read_rdma_devices(sysfs_root: Path, cache: ReadCache | None = None) -> list[RdmaDevice]:
-    """Every RDMA device under `<sysfs_root>/class/infiniband`, by name.
+@dataclass(frozen=True)
+class CounterSelection:
+    """Which counter files a read takes: the names `counters` accepts in `counters/` and
+    `counters_ext/`, and those `hw_counters` accepts in `hw_counters/` (None: every file). The
+    collector reads only what it exports; every file is read by default."""
+
+    counters: Callable[[str], bool] | None = None
+    hw_counters: Callable[[str], bool] | None = None
+
+
+EVERY_COUNTER = CounterSelection()
+# For readers that need no counter (the audits, the probes' transport): directories are still
+# listed, so a port with counters/ still says so, but no counter file is read.
+NO_COUNTERS = CounterSelection(lambda _: False, lambda _: False)
+
+
+def read_rdma_devices(
+    sysfs_root: Path,
+    cache: ReadCache | None = None,
+    *,
+    counters: CounterSelection = EVERY_COUNTER,
+    selects: Callable[[str], bool] | None = None,
+) -> list[RdmaDevice]:
+    """Every RDMA device under `<sysfs_root>/class/infiniband` (those `selects` keeps), by name.
 
     Raises FileNotFoundError when that directory is absent (no RDMA stack on this node) and lets
     an error listing it propagate; below it, what cannot be read is left out, never raised.
     With a `cache` (one per reader, reused), what does not change while a device stays registered
     is read once (see exporters/sysfs.py's ReadCache): the identity attributes (`fw_ver`,
     `board_id`, `hca_type`, `node_guid`), each port's `link_layer`, the HCA's PCI function and its
-    `max_link_*`, an interface's `ifindex`, `iflink`, `dev_port` and PCI function, and the names in
-    `counters/` and `hw_counters/`, whose files are held open. Everything else (counters, states,
-    rates, current link, MTUs) is read every time.
+    `max_link_*`, the port numbers, an interface's `ifindex`, `iflink`, `dev_port` and PCI
+    function; and the files read every time (counters, states, rates, current link, MTUs, the
+    GIDs' interfaces) are held open and read again at offset 0.
     """
     root = os.fspath(sysfs_root)
     class_dir = f"{root}/class/infiniband"
@@ -283,15 +304,22 @@ def read_rdma_devices(sysfs_root: Path, cache: ReadCache | None = None) -> list[
         raise FileNotFoundError(errno.ENOENT, "no RDMA devices (class/infiniband is absent)", class_dir)
     # A read without the caller's cache holds nothing open beyond itself.
     own = cache is None
-    cache = cache if cache is not None else ReadCache()
+    cache = cache if cache is not None else ReadCache(held_budget=0)
     try:
-        interfaces = _read_interfaces(f"{root}/class/net", cache)
+        interfaces = _Interfaces(f"{root}/class/net", cache)
         devices = []
         for name in sorted(os.listdir(class_dir), key=_natural):
+            if selects is not None and not selects(name):
+                continue
             device_dir = f"{class_dir}/{name}"
+            try:
+                status = os.stat(device_dir)
+            except OSError:
+                continue  # gone since the listing, or a link to nothing
             # A regular file here (a tree copied without its symlinks) is not a device.
-            if os.path.isdir(device_dir):
-                devices.append(_read_device(device_dir, name, interfaces, cache))
+            if stat.S_ISDIR(status.st_mode):
+                reader = _Reader(device_dir, name, identity(status), cache)
+                devices.append(_read_device(reader, interfaces, counters))
         cache.turn()
     finally:
         if own:
@@ -313,33 +341,82 @@ class _Interface:
     pci_function: tuple[int, int] | None  # (st_dev, st_ino) of the directory `device` leads to
     dev_port: int | None
     is_child: bool  # an IPoIB P_Key child or other stacked interface (iflink != ifindex)
-    mtu_bytes: int | None
+    key: tuple[object, ...]  # what it is while it exists: its directory's identity
+
+
+class _Interfaces:
+    """The interfaces of class/net: what each is, read once while it exists, and the MTU of those
+    an RDMA device uses, read when asked (a node may have hundreds of others: veths, bridges)."""
+
+    def __init__(self, class_net: str, cache: ReadCache) -> None:
+        self.class_net, self.cache = class_net, cache
+        self.by_name: dict[str, _Interface] = {}
+        try:
+            names = os.listdir(class_net)
+        except OSError:
+            return
+        for name in sorted(names, key=_natural):
+            entry = f"{class_net}/{name}"
+            try:
+                status = os.stat(entry)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(status.st_mode):  # bonding_masters, or a link flattened into a file
+                continue
+            key = ("interface", identity(status))
+            static = cache.get(key)
+            if static is None:
+                ifindex = _read_small_int(f"{entry}/ifindex")
+                iflink = _read_small_int(f"{entry}/iflink")
+                static = (
+                    _function_of(f"{entry}/device"),
+                    _read_small_int(f"{entry}/dev_port"),
+                    ifindex is not None and iflink is not None and ifindex != iflink,
+                )
+                if ifindex is not None and iflink is not None:
+                    cache.put(key, static)
+            function, dev_port, is_child = static
+            self.by_name[name] = _Interface(name, function, dev_port, is_child, key)
+
+    def on_function(self, function: tuple[int, int] | None) -> list[_Interface]:
+        if function is None:
+            return []
+        return [i for i in self.by_name.values() if i.pci_function == function]
+
+    def mtu(self, name: str) -> int | None:
+        interface = self.by_name.get(name)
+        if interface is None:
+            return None
+        held = held_files(self.cache, ("mtu", interface.key), f"{self.class_net}/{name}", ["mtu"])
+        ((_, raw),) = held.read()
+        return None if isinstance(raw, Failure) else _small_int(raw)
 
 
 class _Reader:
     """Reads the attributes of one device, remembering what was present but unusable.
 
-    About 700 small files are read per collection on a 10-HCA node, so the cost of each one is
-    what matters: paths are plain strings, and a file is read with one open, one read and one
-    close (no buffered file object, no Path objects).
+    About 300 small files are read per collection on a 10-HCA node, so the cost of each one is
+    what matters: paths are plain strings, a file read every time is held open and read again
+    with pread (one system call), and a file that does not change is read once per registration.
     """
 
-    def __init__(self, device_dir: str, name: str, dir_fd: int | None, cache: ReadCache) -> None:
+    def __init__(self, device_dir: str, name: str, identity: tuple[int, int, int], cache: ReadCache) -> None:
         self.device_dir = device_dir
         self.name = name
-        # Files are opened relative to the device's directory: the kernel then walks a few path
-        # parts instead of the whole path and its class/infiniband symlink, for each file.
-        self.dir_fd = dir_fd
+        self.identity = identity
         self.cache = cache
-        self.identity = identity(os.fstat(dir_fd)) if dir_fd is not None else None
         self.skipped: list[SkippedFile] = []
+        self._attributes: dict[str, bytes | Failure] = {}
 
     def _skip(self, relative: str, reason: str) -> None:
         self.skipped.append(SkippedFile(f"{self.name}/{relative}", reason))
 
-    def raw(self, relative: str) -> bytes | None:
-        """The file's bytes without surrounding whitespace; None (and why) when there are none."""
-        raw = self._read(relative)
+    def _failed(self, relative: str, reason: str) -> None:
+        if reason != "ENOENT":  # an absent file is normal: drivers differ
+            self._skip(relative, reason)
+
+    def _usable(self, relative: str, raw: bytes | Failure) -> bytes | None:
+        """The bytes, or None (and why) when there are none."""
         if isinstance(raw, Failure):
             self._failed(relative, raw.reason)
             return None
@@ -348,30 +425,35 @@ class _Reader:
             return None
         return raw
 
-    def _failed(self, relative: str, reason: str) -> None:
-        if reason != "ENOENT":  # an absent file is normal: drivers differ
-            self._skip(relative, reason)
-
-    def text(self, relative: str) -> str | None:
-        raw = self.raw(relative)
-        return None if raw is None else decode(raw)
-
     def static_text(self, relative: str) -> str | None:
-        """`text` of an attribute that does not change while the device stays registered."""
-        if self.identity is None:
-            return self.text(relative)
+        """The text of an attribute that does not change while the device stays registered."""
         key = (self.identity, relative)
         text = self.cache.get(key)
         if text is None:
-            text = self.text(relative)
+            raw = self._usable(relative, read_raw(f"{self.device_dir}/{relative}"))
+            text = None if raw is None else decode(raw)
             if text is not None:
                 self.cache.put(key, text)
         return text
 
-    def _read(self, relative: str) -> bytes | Failure:
-        if self.dir_fd is None:
-            return read_raw(f"{self.device_dir}/{relative}")
-        return read_raw(relative, self.dir_fd)
+    def hold(self, relatives: list[str]) -> None:
+        """Read the attributes read on every collection (held open while the device stays
+        registered); `parsed` then takes them from here."""
+        held = held_files(self.cache, ("attributes", self.identity), self.device_dir, relatives)
+        self._attributes = dict(held.read())
+
+    def parsed(self, relative: str, parse: Callable[[str], T | None], static: bool = False) -> T | None:
+        if static:
+            text = self.static_text(relative)
+        else:
+            raw = self._usable(relative, self._attributes.get(relative, Failure("ENOENT")))
+            text = None if raw is None else decode(raw)
+        if text is None:
+            return None
+        value = parse(text)
+        if value is None:
+            self._skip(relative, f"unexpected format: {text[:40]!r}")
+        return value
 
     def _not_a_counter(self, relative: str, raw: bytes) -> None:
         text = decode(raw)
@@ -385,44 +467,46 @@ class _Reader:
             reason = f"not a counter: {text[:40]!r}"
         self._skip(relative, reason)
 
-    def parsed(self, relative: str, parse: Callable[[str], T | None], static: bool = False) -> T | None:
-        text = self.static_text(relative) if static else self.text(relative)
-        if text is None:
-            return None
-        value = parse(text)
-        if value is None:
-            self._skip(relative, f"unexpected format: {text[:40]!r}")
-        return value
-
-    def counter_files(self, relative_dir: str) -> tuple[bool, dict[str, int]]:
-        """Whether a counter directory is there, and {file name: value} of its readable counters."""
+    def counter_files(
+        self, relative_dir: str, wanted: Callable[[str], bool] | None
+    ) -> tuple[bool, dict[str, int]]:
+        """Whether a counter directory is there, and {file name: value} of its readable counters
+        that `wanted` accepts."""
         values: dict[str, int] = {}
-        try:
-            if self.dir_fd is None:
-                dir_fd = open_directory(f"{self.device_dir}/{relative_dir}")
-            else:
-                dir_fd = open_directory(relative_dir, self.dir_fd)
-        except FileNotFoundError:
-            return False, values
-        except OSError as error:
-            self._skip(relative_dir, errno_name(error))
+        path = f"{self.device_dir}/{relative_dir}"
+        files = read_held_directory(self.cache, (self.identity, relative_dir), path, wanted)
+        if isinstance(files, Failure):
+            if files.reason == "ENOENT":
+                return False, values
+            self._skip(relative_dir, files.reason)
             # Present but unreadable (EACCES) still says the device has such counters.
-            return _is_dir(f"{self.device_dir}/{relative_dir}"), values
-        try:
-            # This loop runs for ~500 files per collection: the common case (digits) is tested inline.
-            for name, raw in read_directory(dir_fd, self.cache):
-                if isinstance(raw, Failure):
-                    self._failed(f"{relative_dir}/{name}", raw.reason)
-                    continue
-                if raw.isdigit() and len(raw) <= _COUNTER_MAX_DIGITS and (value := int(raw)) <= COUNTER_MAX:
-                    values[name] = value
-                else:
-                    self._not_a_counter(f"{relative_dir}/{name}", raw)
-        except OSError as error:
-            self._skip(relative_dir, errno_name(error))
-        finally:
-            os.close(dir_fd)
+            return _is_dir(path), values
+        # This loop runs for every counter file: the common case (digits) is tested inline.
+        for name, raw in files:
+            if isinstance(raw, Failure):
+                self._failed(f"{relative_dir}/{name}", raw.reason)
+            elif raw.isdigit() and len(raw) <= _COUNTER_MAX_DIGITS and (value := int(raw)) <= COUNTER_MAX:
+                values[name] = value
+            else:
+                self._not_a_counter(f"{relative_dir}/{name}", raw)
         return True, values
+
+    def gid_netdevs(self, base: str) -> tuple[str, ...]:
+        relative = f"{base}/gid_attrs/ndevs"
+        path = f"{self.device_dir}/{relative}"
+        files = read_held_directory(self.cache, (self.identity, relative), path, _is_index)
+        if isinstance(files, Failure):
+            return ()
+        names: list[str] = []
+        for _, raw in sorted(files, key=lambda entry: int(entry[0])):
+            # An unused GID entry fails with EINVAL: the normal case for most of the table, not a fault.
+            if isinstance(raw, bytes) and raw and (text := decode(raw)) not in names:
+                names.append(text)
+        return tuple(names)
+
+
+def _is_index(name: str) -> bool:
+    return name.isascii() and name.isdigit()
 
 
 # The hardware counters are at most 64 bits wide (sysfs prints them as unsigned decimals); a
@@ -444,7 +528,11 @@ def _counter_value(raw: bytes) -> int | None:
 
 def _read_small_int(path: str) -> int | None:
     raw = read_raw(path)
-    if isinstance(raw, Failure) or len(raw) > 12:
+    return None if isinstance(raw, Failure) else _small_int(raw)
+
+
+def _small_int(raw: bytes) -> int | None:
+    if len(raw) > 12:
         return None
     try:
         value = int(raw, 0)
@@ -474,77 +562,54 @@ def _function_address(link: str) -> str:
         return os.path.basename(os.path.realpath(link))
 
 
-def _read_interfaces(class_net: str, cache: ReadCache) -> dict[str, _Interface]:
-    interfaces: dict[str, _Interface] = {}
+@dataclass(frozen=True)
+class _Registration:
+    """What holds while a device stays registered: its PCI function and its ports."""
+
+    function: tuple[int, int] | None
+    address: str
+    ports: tuple[int, ...]
+
+
+def _registration(reader: _Reader) -> _Registration:
+    key = ("registration", reader.identity)
+    known = reader.cache.get(key)
+    if isinstance(known, _Registration):
+        return known
+    link = f"{reader.device_dir}/device"
+    function = _function_of(link)
     try:
-        names = os.listdir(class_net)
+        names = os.listdir(f"{reader.device_dir}/ports")
     except OSError:
-        return interfaces
-    for name in sorted(names, key=_natural):
-        entry = f"{class_net}/{name}"
-        try:
-            status = os.stat(entry)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(status.st_mode):  # bonding_masters, or a link flattened into a file
-            continue
-        # What an interface is (its index, its parent, its PCI function) holds while it exists.
-        key = ("interface", identity(status))
-        static = cache.get(key)
-        if static is None:
-            ifindex = _read_small_int(f"{entry}/ifindex")
-            iflink = _read_small_int(f"{entry}/iflink")
-            static = (
-                _function_of(f"{entry}/device"),
-                _read_small_int(f"{entry}/dev_port"),
-                ifindex is not None and iflink is not None and ifindex != iflink,
-            )
-            if ifindex is not None and iflink is not None:
-                cache.put(key, static)
-        function, dev_port, is_child = static
-        interfaces[name] = _Interface(name, function, dev_port, is_child, _read_small_int(f"{entry}/mtu"))
-    return interfaces
+        names = []
+    known = _Registration(
+        function,
+        _function_address(link) if function else "",
+        tuple(sorted(int(name) for name in names if _is_index(name))),
+    )
+    reader.cache.put(key, known)
+    return known
 
 
-def _read_device(
-    device_dir: str, name: str, interfaces: Mapping[str, _Interface], cache: ReadCache
-) -> RdmaDevice:
-    try:
-        dir_fd: int | None = open_directory(device_dir)
-    except OSError:
-        dir_fd = None  # read by whole paths then; each file says why it cannot be read
-    try:
-        return _read_device_at(_Reader(device_dir, name, dir_fd, cache), interfaces)
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
-
-
-def _read_device_at(reader: _Reader, interfaces: Mapping[str, _Interface]) -> RdmaDevice:
-    device_dir, name = reader.device_dir, reader.name
+def _read_device(reader: _Reader, interfaces: _Interfaces, counters: CounterSelection) -> RdmaDevice:
     firmware_version = reader.static_text("fw_ver")
     board_id = reader.static_text("board_id")
     hca_type = reader.static_text("hca_type")
     node_guid = reader.static_text("node_guid")
-    function_key = ("function", reader.identity)
-    function_and_address = reader.cache.get(function_key) if reader.identity is not None else None
-    if function_and_address is None:
-        function = _function_of(f"{device_dir}/device")
-        function_and_address = (function, _function_address(f"{device_dir}/device") if function else "")
-        if function is not None and reader.identity is not None:
-            reader.cache.put(function_key, function_and_address)
-    function, address = function_and_address
-    pci = _read_pci_link(reader, function, address)
-    on_same_function = [i for i in interfaces.values() if function is not None and i.pci_function == function]
-    ports = tuple(_read_port(reader, number, on_same_function) for number in _port_numbers(reader))
+    registration = _registration(reader)
+    attributes = [f"ports/{number}/{name}" for number in registration.ports for name in PORT_ATTRIBUTES]
+    if registration.function is not None:
+        attributes += PCIE_ATTRIBUTES
+    reader.hold(attributes)
+    pci = _read_pci_link(reader, registration)
+    on_same_function = interfaces.on_function(registration.function)
+    ports = tuple(_read_port(reader, number, on_same_function, counters) for number in registration.ports)
     names = {i.name for i in on_same_function}
     for port in ports:
         names.update(port.gid_netdevs)
-    netdevs = tuple(
-        Netdev(name, interfaces[name].mtu_bytes if name in interfaces else None) for name in sorted(names)
-    )
+    netdevs = tuple(Netdev(name, interfaces.mtu(name)) for name in sorted(names))
     return RdmaDevice(
-        name=name,
+        name=reader.name,
         firmware_version=firmware_version,
         board_id=board_id,
         hca_type=hca_type,
@@ -556,19 +621,16 @@ def _read_device_at(reader: _Reader, interfaces: Mapping[str, _Interface]) -> Rd
     )
 
 
-def _port_numbers(reader: _Reader) -> list[int]:
-    try:
-        names = os.listdir(f"{reader.device_dir}/ports")
-    except OSError:
-        return []
-    return sorted(int(name) for name in names if name.isascii() and name.isdigit())
+# A port's and a PCI function's attributes read on every collection, held open.
+PORT_ATTRIBUTES = ("state", "phys_state", "rate")
+PCIE_ATTRIBUTES = ["device/current_link_speed", "device/current_link_width"]
 
 
-def _read_pci_link(reader: _Reader, function: tuple[int, int] | None, address: str) -> PciLink | None:
-    if function is None:
+def _read_pci_link(reader: _Reader, registration: _Registration) -> PciLink | None:
+    if registration.function is None:
         return None
     return PciLink(
-        address=address,
+        address=registration.address,
         generation=reader.parsed("device/current_link_speed", parse_pcie_generation),
         generation_max=reader.parsed("device/max_link_speed", parse_pcie_generation, static=True),
         width=reader.parsed("device/current_link_width", _parse_lanes) or None,
@@ -576,18 +638,20 @@ def _read_pci_link(reader: _Reader, function: tuple[int, int] | None, address: s
     )
 
 
-def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface]) -> RdmaPort:
+def _read_port(
+    reader: _Reader, number: int, on_same_function: list[_Interface], counters: CounterSelection
+) -> RdmaPort:
     base = f"ports/{number}"
     state = reader.parsed(f"{base}/state", parse_state)
     physical_state = reader.parsed(f"{base}/phys_state", parse_state)
     rate = reader.parsed(f"{base}/rate", parse_rate)
 
-    counters_present, raw_counters = reader.counter_files(f"{base}/counters")
-    legacy_present, raw_legacy = reader.counter_files(f"{base}/counters_ext")
-    _, hw_counters = reader.counter_files(f"{base}/hw_counters")
+    counters_present, raw_counters = reader.counter_files(f"{base}/counters", counters.counters)
+    legacy_present, raw_legacy = reader.counter_files(f"{base}/counters_ext", counters.counters)
+    _, hw_counters = reader.counter_files(f"{base}/hw_counters", counters.hw_counters)
     lifespan = hw_counters.pop("lifespan", None)
 
-    gid_netdevs = _gid_netdevs(reader, base)
+    gid_netdevs = reader.gid_netdevs(base)
     return RdmaPort(
         number=number,
         state_id=state[0] if state else None,
@@ -611,21 +675,6 @@ def _read_port(reader: _Reader, number: int, on_same_function: list[_Interface])
 def _is_dir(path: str) -> bool:
     """Only asked when listing failed: an unlistable directory (EACCES) is still present."""
     return os.path.isdir(path)
-
-
-def _gid_netdevs(reader: _Reader, base: str) -> tuple[str, ...]:
-    ndevs_dir = f"{reader.device_dir}/{base}/gid_attrs/ndevs"
-    try:
-        indexes = sorted(int(name) for name in os.listdir(ndevs_dir) if name.isascii() and name.isdigit())
-    except OSError:
-        return ()
-    names: list[str] = []
-    for index in indexes:
-        # An unused GID entry fails with EINVAL: the normal case for most of the table, not a fault.
-        text = read_text(f"{ndevs_dir}/{index}")
-        if isinstance(text, str) and text and text not in names:
-            names.append(text)
-    return tuple(names)
 
 
 def _function_netdev(port_number: int, candidates: list[_Interface]) -> str | None:

@@ -9,13 +9,17 @@ the counters node_exporter also exports (unicast/multicast, pre-4.5 `counters_ex
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.exporters.base import NoData
 from clusterhealth.exporters.infiniband import (
+    PMA_COUNTER_BITS,
+    CounterSelection,
     LegacyCounters,
     PortCounters,
     RdmaDevice,
@@ -172,18 +176,52 @@ PCIE_LINK = (
 )
 
 
+# Exposed names the collector reads or writes by name.
+ERRORS = "clusterhealth_rdma_port_errors_total"
+HW_EVENTS = "clusterhealth_rdma_port_hw_events_total"
+SATURATED_COUNT = "clusterhealth_rdma_port_pma_saturated_counters"
+SATURATED = "clusterhealth_rdma_port_pma_saturated"
+# (exposed name, PortCounters or LegacyCounters field, the file it is read from) of the traffic
+# counters.
+_FILE_OF = {f.name: f.metadata["file"] for f in fields(PortCounters) if "file" in f.metadata}
+_LEGACY_FILE_OF = {f.name: f.metadata["file"] for f in fields(LegacyCounters)}
+PORT_TRAFFIC_FILES = tuple((name, field, _FILE_OF[field]) for name, _, field in PORT_TRAFFIC)
+LEGACY_TRAFFIC_FILES = tuple((name, field, _LEGACY_FILE_OF[field]) for name, _, field in LEGACY_TRAFFIC)
+FAMILY_NAMES = frozenset(
+    {
+        "clusterhealth_rdma_device_info",
+        "clusterhealth_rdma_port_info",
+        "clusterhealth_rdma_port_state_id",
+        "clusterhealth_rdma_port_physical_state_id",
+        "clusterhealth_rdma_port_rate_bytes_per_second",
+        ERRORS,
+        HW_EVENTS,
+        SATURATED_COUNT,
+        SATURATED,
+        "clusterhealth_netdev_mtu_bytes",
+        *(name for name, _, _ in PORT_TRAFFIC),
+        *(name for name, _, _ in LEGACY_TRAFFIC),
+        *(name for name, _, _ in PCIE_LINK),
+    }
+)
+
+
 class RdmaCollector:
     """Every RDMA device under `<sysfs_root>/class/infiniband`, optionally filtered by name.
 
     `include_devices` and `exclude_devices` are shell-style patterns (`mlx5_*`); an empty include
-    list takes every device, and exclusion wins over inclusion.
+    list takes every device, and exclusion wins over inclusion. `families` says which families
+    are exported (the agent's per-family switch): the files only other families need are not read.
     """
 
     name = "rdma"
     # Off unless a config asks: the packet counts (the byte counts say the traffic), the
-    # unicast/multicast split, and each pinned counter's own flag (one count per port instead).
+    # unicast/multicast split, each pinned counter's own flag (one count per port instead), and
+    # the HCA's PCIe link figures (the audit's hca_pcie_link check judges them, and
+    # RDMAPCIeLinkDegraded reads the check).
     opt_in = frozenset(
         {
+            *(name for name, _, _ in PCIE_LINK),
             "clusterhealth_rdma_port_packets_received_total",
             "clusterhealth_rdma_port_packets_transmitted_total",
             "clusterhealth_rdma_port_unicast_packets_received_total",
@@ -202,14 +240,36 @@ class RdmaCollector:
         *,
         error_counters: Sequence[str] = ("*",),
         hw_counters: Sequence[str] = ("*",),
+        families: Callable[[str], bool] = lambda name: True,
     ) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.include_devices = tuple(include_devices)
         self.exclude_devices = tuple(exclude_devices)
-        self.error_counters = _Names(error_counters)
-        self.hw_counters = _Names(hw_counters)
-        # Identity attributes and directory listings are read once per registered device.
+        self.error_counters = _Names.matching(error_counters)
+        self.hw_counters = _Names.matching(hw_counters)
+        self.exported = frozenset(name for name in FAMILY_NAMES if families(name))
+        self._counters = CounterSelection(
+            _Names(self._counter_files_read()), self.hw_counters if HW_EVENTS in self.exported else _NONE
+        )
+        # Identity attributes are read once per registered device; the files read every time are
+        # held open.
         self._cache = ReadCache()
+        self._labels = _LabelSets()
+
+    def _counter_files_read(self) -> Callable[[str], bool]:
+        """Which files of counters/ and counters_ext/ the exported families need."""
+        wanted = {
+            file for name, _, file in (*PORT_TRAFFIC_FILES, *LEGACY_TRAFFIC_FILES) if name in self.exported
+        }
+        if self.exported & {SATURATED_COUNT, SATURATED}:
+            # Every fixed-width error counter is watched for saturation, exported or not; the
+            # 32-bit traffic counters of pre-4.5 kernels, when they are read.
+            wanted.update(PMA_COUNTER_BITS)
+        errors = ERRORS in self.exported
+        error_counters = self.error_counters
+        return lambda file: (
+            file in wanted or (errors and file not in TRAFFIC_COUNTER_FILES and file in error_counters)
+        )
 
     def selects(self, device: str) -> bool:
         if any(fnmatch.fnmatchcase(device, pattern) for pattern in self.exclude_devices):
@@ -219,163 +279,251 @@ class RdmaCollector:
         )
 
     def close(self) -> None:
-        """Release the counter files held open between reads."""
+        """Release the files held open between reads."""
         self._cache.close()
 
     def collect(self) -> list[Metric]:
         # Read eagerly (not a generator) so NoData is raised by the call itself.
         try:
-            devices = read_rdma_devices(self.sysfs_root, self._cache)
+            # Devices the patterns leave out are not read at all.
+            devices = read_rdma_devices(
+                self.sysfs_root, self._cache, counters=self._counters, selects=self.selects
+            )
         except FileNotFoundError as absent:
             raise NoData(str(absent)) from None
         if not devices:
-            raise NoData(f"no RDMA devices under {self.sysfs_root / 'class' / 'infiniband'}")
-        return _families(
-            [device for device in devices if self.selects(device.name)], self.error_counters, self.hw_counters
-        )
+            class_dir = self.sysfs_root / "class" / "infiniband"
+            names = os.listdir(class_dir)
+            if names and not any(self.selects(name) for name in names):
+                return []  # devices there, none selected
+            raise NoData(f"no RDMA devices under {class_dir}")
+        self._labels.turn()
+        return _families(devices, self.error_counters, self.hw_counters, self.exported, self._labels)
 
 
 class _Names:
-    """Counter file names matched against glob patterns, each name's answer kept (a few dozen
-    names, asked about on every port of every read)."""
+    """A test of counter file names with each name's answer kept (a few dozen names, asked about
+    on every port of every read)."""
 
-    def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = tuple(patterns)
+    def __init__(self, test: Callable[[str], bool]) -> None:
+        self._test = test
         self._known: dict[str, bool] = {}
+
+    @classmethod
+    def matching(cls, patterns: Sequence[str]) -> _Names:
+        """The names that match one of the glob `patterns`."""
+        patterns = tuple(patterns)
+        return cls(lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns))
 
     def __contains__(self, name: str) -> bool:
         known = self._known.get(name)
         if known is None:
-            known = self._known[name] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+            known = self._known[name] = self._test(name)
         return known
 
+    def __call__(self, name: str) -> bool:
+        return name in self
 
-def _families(devices: list[RdmaDevice], error_counters: _Names, hw_counters: _Names) -> list[Metric]:
-    device_info = GaugeMetricFamily(
+
+_NONE = _Names(lambda name: False)
+
+
+class _LabelSets:
+    """The label dicts of the series, kept from one collection to the next: a sample's labels are
+    read, never changed, so one dict serves every collection while its series lasts."""
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[str, ...], dict[str, str]] = {}
+        self._current: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def turn(self) -> None:
+        """A new collection: what the last one did not use goes."""
+        self._previous, self._current = self._current, {}
+
+    def port(self, device: str, port: str) -> dict[str, str]:
+        return self._get((device, port), lambda: {"device": device, "port": port})
+
+    def counter(self, device: str, port: str, counter: str) -> dict[str, str]:
+        return self._get(
+            (device, port, counter), lambda: {"device": device, "port": port, "counter": counter}
+        )
+
+    def _get(self, key: tuple[str, ...], make: Callable[[], dict[str, str]]) -> dict[str, str]:
+        labels = self._current.get(key)
+        if labels is None:
+            labels = self._previous.get(key) or make()
+            self._current[key] = labels
+        return labels
+
+
+def _families(
+    devices: list[RdmaDevice],
+    error_counters: _Names,
+    hw_counters: _Names,
+    exported: frozenset[str],
+    labels: _LabelSets,
+) -> list[Metric]:
+    # Only the exported families are built (None: not exported).
+    def gauge(name: str, help_: str, label_names: list[str]) -> GaugeMetricFamily | None:
+        return GaugeMetricFamily(name, help_, labels=label_names) if name in exported else None
+
+    def counter(name: str, help_: str, label_names: list[str]) -> CounterMetricFamily | None:
+        return CounterMetricFamily(name, help_, labels=label_names) if name in exported else None
+
+    device_info = gauge(
         "clusterhealth_rdma_device_info",
         "RDMA device identity; 1.",
-        labels=["device", "board_id", "firmware_version", "hca_type", "node_guid"],
+        ["device", "board_id", "firmware_version", "hca_type", "node_guid"],
     )
-    port_info = GaugeMetricFamily(
+    port_info = gauge(
         "clusterhealth_rdma_port_info",
         "RDMA port link layer and network interface; 1.",
-        labels=[*PORT, "link_layer", "netdev"],
+        [*PORT, "link_layer", "netdev"],
     )
-    state = GaugeMetricFamily(
+    state = gauge(
         "clusterhealth_rdma_port_state_id",
         "Logical port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).",
-        labels=PORT,
+        PORT,
     )
-    physical_state = GaugeMetricFamily(
+    physical_state = gauge(
         "clusterhealth_rdma_port_physical_state_id",
         "Physical port state (2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...).",
-        labels=PORT,
+        PORT,
     )
-    rate = GaugeMetricFamily(
+    rate = gauge(
         "clusterhealth_rdma_port_rate_bytes_per_second",
         "Negotiated port rate (lanes times lane speed).",
-        labels=PORT,
+        PORT,
     )
-    traffic = {field: CounterMetricFamily(name, help_, labels=PORT) for name, help_, field in PORT_TRAFFIC}
-    legacy = {field: CounterMetricFamily(name, help_, labels=PORT) for name, help_, field in LEGACY_TRAFFIC}
-    errors = CounterMetricFamily(
+    traffic = _traffic_families(PORT_TRAFFIC, exported)
+    legacy = _traffic_families(LEGACY_TRAFFIC, exported)
+    errors = counter(
         "clusterhealth_rdma_port_errors_total",
         "Error and discard counters of counters/, by file name (saturating PMA counters).",
-        labels=[*PORT, "counter"],
+        [*PORT, "counter"],
     )
-    saturated = GaugeMetricFamily(
-        "clusterhealth_rdma_port_pma_saturated_counters",
+    saturated = gauge(
+        SATURATED_COUNT,
         "Fixed-width PMA counters of the port that sit at their maximum and have stopped counting.",
-        labels=PORT,
+        PORT,
     )
-    pinned = GaugeMetricFamily(
-        "clusterhealth_rdma_port_pma_saturated",
+    pinned = gauge(
+        SATURATED,
         "1 when a fixed-width PMA counter sits at its maximum and has stopped counting.",
-        labels=[*PORT, "counter"],
+        [*PORT, "counter"],
     )
-    hw = CounterMetricFamily(
+    hw = counter(
         "clusterhealth_rdma_port_hw_events_total",
         "Driver counters of hw_counters/, by file name.",
-        labels=[*PORT, "counter"],
+        [*PORT, "counter"],
     )
-    pcie = {field: GaugeMetricFamily(name, help_, labels=["device"]) for name, help_, field in PCIE_LINK}
-    mtu = GaugeMetricFamily(
+    pcie = [
+        (GaugeMetricFamily(name, help_, labels=["device"]), field)
+        for name, help_, field in PCIE_LINK
+        if name in exported
+    ]
+    mtu = gauge(
         "clusterhealth_netdev_mtu_bytes",
         "MTU of a network interface an RDMA device uses.",
-        labels=["interface"],
+        ["interface"],
     )
 
-    errors_total, hw_total = errors.name + "_total", hw.name + "_total"
     mtu_seen: set[str] = set()
     for device in devices:
-        device_info.add_metric(
-            [
-                device.name,
-                device.board_id or "",
-                device.firmware_version or "",
-                device.hca_type or "",
-                device.node_guid or "",
-            ],
-            1,
-        )
+        name = device.name
+        if device_info is not None:
+            device_info.add_metric(
+                [
+                    name,
+                    device.board_id or "",
+                    device.firmware_version or "",
+                    device.hca_type or "",
+                    device.node_guid or "",
+                ],
+                1,
+            )
         if device.pci is not None:
-            for field, family in pcie.items():
-                _add(family, [device.name], getattr(device.pci, field))
-        for netdev in device.netdevs:
-            if netdev.mtu_bytes is not None and netdev.name not in mtu_seen:
-                mtu_seen.add(netdev.name)
-                mtu.add_metric([netdev.name], netdev.mtu_bytes)
+            for pcie_family, field in pcie:
+                _add(pcie_family, [name], getattr(device.pci, field))
+        if mtu is not None:
+            for netdev in device.netdevs:
+                if netdev.mtu_bytes is not None and netdev.name not in mtu_seen:
+                    mtu_seen.add(netdev.name)
+                    mtu.add_metric([netdev.name], netdev.mtu_bytes)
 
         for port in device.ports:
-            labels = [device.name, str(port.number)]
-            port_info.add_metric([*labels, port.link_layer or "", port.netdev or ""], 1)
-            _add(state, labels, port.state_id)
-            _add(physical_state, labels, port.physical_state_id)
-            _add(rate, labels, port.rate_bytes_per_second)
-            # The per-file series are most of the samples (~700 on a 10-HCA node): their labels
-            # are built as dicts directly rather than zipped from lists by add_metric.
-            port_labels = {"device": device.name, "port": labels[1]}
-            if port.counters is not None:
-                _add_traffic(traffic, labels, port.counters)
-                for file, value in sorted(port.counters.by_file().items()):
-                    if file not in TRAFFIC_COUNTER_FILES and file in error_counters:
-                        errors.add_sample(errors_total, {**port_labels, "counter": file}, value)
+            number = str(port.number)
+            # The per-port and per-file series are most of the samples: their labels are kept from
+            # one collection to the next (`labels`) rather than zipped from lists by add_metric.
+            port_labels = labels.port(name, number)
+            if port_info is not None:
+                port_info.add_metric([name, number, port.link_layer or "", port.netdev or ""], 1)
+            for port_gauge, value in (
+                (state, port.state_id),
+                (physical_state, port.physical_state_id),
+                (rate, port.rate_bytes_per_second),
+            ):
+                if port_gauge is not None and value is not None:
+                    port_gauge.add_sample(port_gauge.name, port_labels, value)
+            counters = port.counters
+            if counters is not None:
+                _add_traffic(traffic, port_labels, counters)
+                if errors is not None:
+                    for file, value in sorted(counters.by_file().items()):
+                        if file not in TRAFFIC_COUNTER_FILES and file in error_counters:
+                            errors.add_sample(ERRORS, labels.counter(name, number, file), value)
             if port.legacy_counters is not None:
-                _add_traffic(legacy, labels, port.legacy_counters)
-            if port.pinned_at_max:
-                saturated.add_sample(saturated.name, port_labels, sum(port.pinned_at_max.values()))
-            for file, is_pinned in sorted(port.pinned_at_max.items()):
-                pinned.add_sample(pinned.name, {**port_labels, "counter": file}, 1 if is_pinned else 0)
-            for file, value in sorted(port.hw_counters.items()):
-                if file in hw_counters:
-                    hw.add_sample(hw_total, {**port_labels, "counter": file}, value)
+                _add_traffic(legacy, port_labels, port.legacy_counters)
+            if saturated is not None and port.pinned_at_max:
+                saturated.add_sample(SATURATED_COUNT, port_labels, sum(port.pinned_at_max.values()))
+            if pinned is not None:
+                for file, is_pinned in sorted(port.pinned_at_max.items()):
+                    pinned.add_sample(SATURATED, labels.counter(name, number, file), 1 if is_pinned else 0)
+            if hw is not None:
+                for file, value in sorted(port.hw_counters.items()):
+                    if file in hw_counters:
+                        hw.add_sample(HW_EVENTS, labels.counter(name, number, file), value)
 
-    families: list[Metric] = [
+    families = [
         device_info,
         port_info,
         state,
         physical_state,
         rate,
-        *traffic.values(),
+        *(f for f, _ in traffic),
         errors,
         saturated,
         pinned,
-        *legacy.values(),
+        *(f for f, _ in legacy),
         hw,
-        *pcie.values(),
+        *(f for f, _ in pcie),
         mtu,
     ]
     # A family without samples would still print HELP and TYPE lines; leave it out instead.
-    return [family for family in families if family.samples]
+    return [family for family in families if family is not None and family.samples]
 
 
-def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: int | None) -> None:
+def _traffic_families(
+    table: tuple[tuple[str, str, str], ...], exported: frozenset[str]
+) -> list[tuple[CounterMetricFamily, str]]:
+    return [
+        (CounterMetricFamily(name, help_, labels=PORT), field)
+        for name, help_, field in table
+        if name in exported
+    ]
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: int | None) -> None:
     if value is not None:
         family.add_metric(labels, value)
 
 
 def _add_traffic(
-    families: dict[str, CounterMetricFamily], labels: list[str], counters: PortCounters | LegacyCounters
+    families: list[tuple[CounterMetricFamily, str]],
+    labels: dict[str, str],
+    counters: PortCounters | LegacyCounters,
 ) -> None:
-    for field, family in families.items():
-        _add(family, labels, getattr(counters, field))
+    for family, field in families:
+        value = getattr(counters, field)
+        if value is not None:
+            family.add_sample(family.name + "_total", labels, value)

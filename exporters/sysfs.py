@@ -14,8 +14,9 @@ module, so that every file under /sys is read with the same bounds and the same 
   from a counter the kernel could not query, EIO), which a caller reports or leaves out, never
   reads as 0.
 - Held files. A reader that reads the same files on every collection keeps them open between
-  reads (`read_directory` with a `ReadCache`): a held descriptor read with pread at offset 0 gives
-  the attribute's current value without the open and close that cost two thirds of a read.
+  reads (`held_files`, `read_held_directory` with a `ReadCache`): a held descriptor read with
+  pread at offset 0 gives the attribute's current value in one system call, without the open and
+  close that cost two thirds of a read.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import errno
 import os
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +120,7 @@ class ReadCache:
         replaced = self._current.get(key, self._previous.get(key))
         if replaced is not None and replaced is not value:
             self._release(replaced)
-        if isinstance(value, _HeldFiles):
+        if isinstance(value, HeldFiles):
             self.held += value.count
         self._current[key] = value
 
@@ -136,7 +138,7 @@ class ReadCache:
         self._previous, self._current = {}, {}
 
     def _release(self, value: Any) -> None:
-        if isinstance(value, _HeldFiles):
+        if isinstance(value, HeldFiles):
             self.held -= value.count
             value.close()
 
@@ -146,80 +148,140 @@ def _a_quarter_of_the_open_file_limit() -> int:
     return 1 << 14 if soft == resource.RLIM_INFINITY else soft // 4
 
 
-class _HeldFiles:
-    """The files of one counter directory, kept open from one read to the next.
+class HeldFiles:
+    """Files kept open from one read to the next, each read again with pread at offset 0.
 
     A sysfs attribute is generated again by a read at offset 0, so a held descriptor read with
-    pread(fd, n, 0) gives the counter's current value without the open() and close() that cost
-    two thirds of a read on a 10-HCA node (~540 counter files). They are held as long as the
-    directory keeps its entries (its times do not change): a file that comes or goes, or a device
-    registered again, means a new listing and new descriptors.
+    pread(fd, n, 0) gives the current value without the open() and close() that cost two thirds
+    of a read. The files are named up front (a port's `state`, `rate`, ...) or are the entries of
+    a directory (`counters/`), which is then held open too, so that one fstat() tells whether its
+    entries changed (its times): a file that comes or goes, or a device registered again, means
+    new descriptors. Over the cache's budget of descriptors (a low open-file limit), a file is
+    opened for one read at a time instead.
     """
 
-    __slots__ = ("count", "files", "stamp")
+    __slots__ = ("base", "count", "dir_fd", "files", "stamp")
 
-    def __init__(self, stamp: tuple[int, int], files: list[tuple[str, int | None, str]]):
-        self.stamp = stamp
+    def __init__(
+        self,
+        base: str,
+        names: list[str],
+        *,
+        hold: bool,
+        dir_fd: int | None = None,
+        stamp: tuple[int, int] | None = None,
+    ) -> None:
+        # Files are opened relative to `dir_fd` (held, and closed with these files) when there is
+        # one, else at `base`/name.
+        self.base, self.dir_fd, self.stamp = base, dir_fd, stamp
         # (name, descriptor, or None and the errno's name of why it could not be opened, or None
         # and "" for a file not held: opened for each read)
-        self.files = files
-        self.count = sum(1 for _, fd, _ in files if fd is not None)
+        self.files: list[tuple[str, int | None, str]] = []
+        for name in names:
+            if not hold:
+                self.files.append((name, None, ""))
+                continue
+            try:
+                if dir_fd is None:
+                    fd = _open(f"{base}/{name}", OPEN_FLAGS)
+                else:
+                    fd = _open(name, OPEN_FLAGS, dir_fd=dir_fd)
+            except OSError as error:
+                self.files.append((name, None, errno_name(error)))
+            else:
+                self.files.append((name, fd, ""))
+        self.count = sum(1 for _, fd, _ in self.files if fd is not None) + (dir_fd is not None)
+
+    def read(self) -> list[tuple[str, bytes | Failure]]:
+        """(name, stripped bytes or why not) of every file, in order."""
+        # This loop runs for every counter file of every port: the calls are bound to locals.
+        pread = os.pread
+        values: list[tuple[str, bytes | Failure]] = []
+        append = values.append
+        for name, fd, why in self.files:
+            if fd is not None:
+                try:
+                    append((name, pread(fd, MAX_ATTRIBUTE_BYTES, 0).strip()))
+                except OSError as read_error:
+                    append((name, _read_unseekable(fd, read_error)))
+            elif why:
+                append((name, Failure(why)))
+            elif self.dir_fd is not None:  # not held (over the budget): opened for this read only
+                append((name, read_raw(name, self.dir_fd)))
+            else:
+                append((name, read_raw(f"{self.base}/{name}")))
+        return values
 
     def close(self) -> None:
         for _, fd, _ in self.files:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.files, self.count = [], 0
+        if self.dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.dir_fd)
+        self.files, self.count, self.dir_fd = [], 0, None
 
 
-def read_directory(dir_fd: int, cache: ReadCache) -> list[tuple[str, bytes | Failure]]:
-    """(name, stripped bytes or why not) of every file in the directory `dir_fd`, by name.
-
-    The files are held open in `cache` while the directory keeps its entries and the cache's
-    budget of descriptors allows. Raises OSError when the directory cannot be listed.
-    """
-    held = _held_files(dir_fd, cache)
-    # This loop runs for ~500 files per collection on a 10-HCA node: the calls are bound to locals.
-    pread = os.pread
-    values: list[tuple[str, bytes | Failure]] = []
-    append = values.append
-    for name, fd, why in held.files:
-        if fd is not None:
-            try:
-                append((name, pread(fd, MAX_ATTRIBUTE_BYTES, 0).strip()))
-            except OSError as read_error:
-                append((name, _read_unseekable(fd, read_error)))
-        elif why:
-            append((name, Failure(why)))
-        else:  # not held (over the budget): opened for this read only
-            append((name, read_raw(name, dir_fd)))
-    return values
-
-
-def _held_files(dir_fd: int, cache: ReadCache) -> _HeldFiles:
-    """The directory's files, held open while its entries stay the same and the cache's budget
-    of descriptors allows; over the budget (a low open-file limit), its names only, each file
-    then opened for one read at a time."""
-    status = os.fstat(dir_fd)
-    key = ("files", status.st_dev, status.st_ino)
-    stamp = (status.st_mtime_ns, status.st_ctime_ns)
+def held_files(cache: ReadCache, key: tuple[object, ...], base: str, names: list[str]) -> HeldFiles:
+    """The files `base`/name, held open in `cache` under `key` (which must change when `base` is
+    another directory: a device registered again)."""
     held = cache.get(key)
-    if isinstance(held, _HeldFiles) and held.stamp == stamp:
-        return held
-    names = sorted(os.listdir(dir_fd))
-    files: list[tuple[str, int | None, str]] = []
-    if cache.held + len(names) > cache.held_budget:
-        files = [(name, None, "") for name in names]
-    else:
-        for name in names:
-            try:
-                files.append((name, _open(name, OPEN_FLAGS, dir_fd=dir_fd), ""))
-            except OSError as error:
-                files.append((name, None, errno_name(error)))
-    held = _HeldFiles(stamp, files)
-    cache.put(key, held)
+    if not isinstance(held, HeldFiles):
+        held = HeldFiles(base, names, hold=cache.held + len(names) <= cache.held_budget)
+        cache.put(key, held)
     return held
+
+
+_ABSENT = Failure("ENOENT")
+
+
+def read_held_directory(
+    cache: ReadCache, key: tuple[object, ...], path: str, wanted: Callable[[str], bool] | None = None
+) -> list[tuple[str, bytes | Failure]] | Failure:
+    """(name, stripped bytes or why not) of the files of the directory `path` whose names
+    `wanted` accepts, by name, or why the directory cannot be listed. The directory and its files
+    are held open in `cache` under `key` while its entries stay the same and the cache's budget
+    of descriptors allows; over the budget, they are opened for this read only. A directory that
+    is absent is remembered as absent under `key` too (a device's key: its counter directories
+    come and go with the device)."""
+    held = cache.get(key)
+    if held is _ABSENT:
+        return _ABSENT
+    if isinstance(held, HeldFiles) and held.dir_fd is not None:
+        try:
+            status = os.fstat(held.dir_fd)
+        except OSError as error:
+            return Failure(errno_name(error))
+        if (status.st_mtime_ns, status.st_ctime_ns) == held.stamp:
+            return held.read()
+        dir_fd = os.dup(held.dir_fd)  # the same directory, listed again
+    else:
+        try:
+            dir_fd = _open(path, DIR_FLAGS)
+            status = os.fstat(dir_fd)
+        except FileNotFoundError:
+            cache.put(key, _ABSENT)
+            return _ABSENT
+        except OSError as error:
+            return Failure(errno_name(error))
+    try:
+        names = sorted(os.listdir(dir_fd))
+    except OSError as error:
+        os.close(dir_fd)
+        return Failure(errno_name(error))
+    if wanted is not None:
+        names = [name for name in names if wanted(name)]
+    stamp = (status.st_mtime_ns, status.st_ctime_ns)
+    hold = cache.held + len(names) + 1 <= cache.held_budget
+    held = HeldFiles(path, names, hold=hold, dir_fd=dir_fd, stamp=stamp)
+    if not hold:
+        try:
+            return held.read()
+        finally:
+            held.close()
+    cache.put(key, held)
+    return held.read()
 
 
 def _read_unseekable(fd: int, error: OSError) -> bytes | Failure:

@@ -243,11 +243,12 @@ NODE: dict[str, Purpose] = {
         ),
         healthy=True,
     ),
-    "HCA PCIe link width": Purpose(
-        "mlx5_4's link at x8 of x16",
+    "HCA PCIe links": Purpose(
+        "the hca_pcie_link check CRITICAL on mlx5_4 (x8 of x16), OK on every other HCA",
         lambda s, n: (
-            last(s, "maximum") == 16
-            and only({x.name: x.last() for x in s.series if x.name != "maximum"}, "mlx5_4", lambda v: v == 8)
+            {f"mlx5_{d}" for d in range(10)} <= names(s)
+            and only({x.name: x.last() for x in s.series}, "mlx5_4", lambda v: v == 2)
+            and all(x.last() == 0 for x in s.series if x.name != "mlx5_4")
         ),
     ),
     "Checks": Purpose(
@@ -732,6 +733,26 @@ def _(panel: dict[str, Any]) -> None:
 @broken("clusterhealth-node.json", "NVLinks down", "the wrong metric")
 def _(panel: dict[str, Any]) -> None:
     panel["targets"][0]["expr"] = panel["targets"][0]["expr"].replace("links_down", "errors_total")
+
+
+@broken(
+    "clusterhealth-node.json",
+    "HCA PCIe links",
+    "the lanes against their maximum, as before issue 27 (opt-in now: nothing at the defaults)",
+)
+def _(panel: dict[str, Any]) -> None:
+    panel["targets"] = [
+        {
+            **panel["targets"][0],
+            "expr": 'clusterhealth_rdma_device_pcie_link_width{job="$job",instance=~"$node"}',
+        },
+        {
+            **panel["targets"][0],
+            "expr": 'max(clusterhealth_rdma_device_pcie_link_width_max{job="$job",instance=~"$node"})',
+            "legendFormat": "maximum",
+            "refId": "B",
+        },
+    ]
 
 
 @broken(

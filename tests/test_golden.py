@@ -157,9 +157,10 @@ FULL_DETAIL = {
     "pcie_aer": {"include_metrics": ["*"], "drivers": ["nvidia", "mlx5_core"]},
     **{name: {"include_metrics": ["*"]} for name in ("kernel_log", "xid", "audit", "probes")},
 }
-# What a fleet can afford per node at the default settings (issue 21; benchmarks/series.py prints
-# the figures, docs/performance.md records them).
-SERIES_BUDGET = 900
+# What a fleet can afford per node at the default settings, at every moment (issues 21 and 27;
+# benchmarks/series.py prints the figures, docs/performance.md records them). Issue 27 asks for
+# 800; the rest needs SPEC's families (docs/performance.md says which).
+SERIES_BUDGET = 860
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +371,26 @@ def test_the_node_at_the_default_settings_stays_within_the_series_budget(tmp_pat
     golden = {name for name, _ in samples(GOLDEN_FILE.read_text())}
     assert default <= golden | {"clusterhealth_scrape_collector_duration_seconds"} | TIMING
     assert {"clusterhealth_gpu_nvlink_link_errors_total", "clusterhealth_gpu_nvlink_up"} <= golden - default
+
+
+def test_the_faulty_node_before_its_gpu_falls_off_stays_within_the_series_budget(tmp_path: Path) -> None:
+    # Its first 45 s: all eight GPUs answer, and the faults add their own series (the Xid codes
+    # seen, an NVML error count): the most the node ever exports at the default settings.
+    data = yaml.safe_load((SCENARIOS / "h100-faulty.yaml").read_text())
+    data["frozen_at_seconds"] = 10
+    scenario = tmp_path / "h100-faulty-early.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    sim_sysfs.build(tmp_path / "sys")
+    kmsg = tmp_path / "kmsg"
+    lines = load_scenario(scenario).kernel_log
+    kmsg.write_bytes(b"".join(kmsg_record(n, line) for n, (_, line) in enumerate(lines, 1)))
+    flags = ["--simulate", str(scenario), "--sysfs-root", str(tmp_path / "sys"), "--kmsg-path", str(kmsg)]
+    result = run_cli("scrape", *flags)
+    assert result.returncode == 0, result.stderr
+    assert value(result.stdout, "clusterhealth_gpu_up", gpu="6") == 1
+    assert value(result.stdout, "clusterhealth_gpu_xid_errors_total", gpu="5", xid="94") == 1
+    series = series_count(result.stdout)
+    assert series <= SERIES_BUDGET, f"{series} series at the default settings"
 
 
 def test_the_healthy_node_at_the_default_settings_stays_within_the_series_budget(tmp_path: Path) -> None:

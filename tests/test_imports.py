@@ -208,3 +208,45 @@ def test_a_node_that_is_not_simulated_never_imports_the_simulator(tmp_path: Path
     assert check[0] in (0, 1, 2, 3) and check[2:] == [[], door]
     assert simulated[:2] == [0, True]
     assert {f"{SIMULATOR}.nvml", f"{SIMULATOR}.scenario"} <= set(simulated[2])
+
+
+# The libraries the node daemon loads only for what asks for them, after one command run through
+# the CLI's main() in a fresh interpreter.
+HEAVY = """
+import contextlib, io, json, sys
+from clusterhealth.agent.cli import main
+with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):
+    code = main(json.loads(sys.argv[1]))
+print(json.dumps([code, sorted({m.split(".")[0] for m in sys.modules} & {"apscheduler", "bcrypt", "grpc"})]))
+"""
+
+
+def test_the_node_loads_apscheduler_bcrypt_and_grpc_only_for_what_needs_them(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    node = ["--sysfs-root", str(FIXTURES / "sysfs" / "cluster-node" / "sys"), "--kmsg-path", str(kmsg)]
+    probe = tmp_path / "probe.yaml"
+    probe.write_text(
+        json.dumps(
+            {
+                "probing": {"state_dir": str(tmp_path / "state")},
+                "probes": [{"name": "p", "argv": ["true"], "cron": "0 */6 * * *", "expect": "1 GB/s"}],
+            }
+        )
+    )
+
+    def loaded(*argv: str) -> list[object]:
+        result = subprocess.run(
+            [sys.executable, "-c", HEAVY, json.dumps(["scrape", *node, *argv])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "NODE_NAME": "node-1"},
+        )
+        assert result.returncode == 0, result.stderr
+        return list(json.loads(result.stdout))
+
+    # ~6 MB of modules a node at its defaults does without: no probe schedule, no basic auth, no
+    # kubelet socket.
+    assert loaded() == [0, []]
+    assert loaded("--config", str(probe)) == [0, ["apscheduler"]]

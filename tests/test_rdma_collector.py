@@ -13,7 +13,9 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterhealth.exporters.base import Collector, NoData
+from clusterhealth.exporters import sysfs
+from clusterhealth.exporters.base import Collector, FamilySelection, NoData
+from clusterhealth.exporters.infiniband import PMA_COUNTER_BITS
 from clusterhealth.exporters.rdma import ERROR_COUNTERS_DEFAULT, HW_COUNTERS_DEFAULT, RdmaCollector
 
 from .conftest import CLUSTERHEALTH
@@ -544,3 +546,32 @@ def test_opt_in_families_are_exported_on_request(
     names = {family.name for family in text_string_to_metric_families(result.stdout)}
     names |= {name + "_total" for name in names}
     assert has <= names and not lacks & names, (has - names, lacks & names)
+
+
+def test_the_collector_reads_only_what_its_exported_families_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the defaults, the packet counters (opt-in families) and the hw_counters/ files beyond the
+    five are never opened; the saturation count still watches every fixed-width PMA counter."""
+    opened: list[str] = []
+
+    def recording_open(file: str | bytes, flags: int, dir_fd: int | None = None) -> int:
+        name = os.fsdecode(file)
+        opened.append(name if dir_fd is None else f"{os.readlink(f'/proc/self/fd/{dir_fd}')}/{name}")
+        return os.open(file, flags, dir_fd=dir_fd)
+
+    monkeypatch.setattr(sysfs, "_open", recording_open)
+    defaults = FamilySelection(RdmaCollector.opt_in)
+    curated = RdmaCollector(
+        CLUSTER, error_counters=ERROR_COUNTERS_DEFAULT, hw_counters=HW_COUNTERS_DEFAULT, families=defaults
+    )
+    samples = scrape(curated)
+    read = {os.path.basename(path) for path in opened if "counters/" in path}
+    assert read <= set(PMA_COUNTER_BITS) | {"port_rcv_data", "port_xmit_data"} | set(HW_COUNTERS_DEFAULT)
+    assert {"VL15_dropped", "port_rcv_data", "np_cnp_sent"} <= read
+    assert not {"port_rcv_packets", "unicast_rcv_packets", "rx_write_requests"} & read
+    assert samples[key("clusterhealth_rdma_port_pma_saturated_counters", device="mlx5_5", port="1")] == 1
+    assert "clusterhealth_rdma_port_packets_received_total" not in sample_names(samples)
+    # Asked for, an opt-in family is read and exported.
+    opened.clear()
+    every = scrape(RdmaCollector(CLUSTER, families=FamilySelection(RdmaCollector.opt_in, ("*",))))
+    assert "port_rcv_packets" in {os.path.basename(path) for path in opened}
+    assert "clusterhealth_rdma_port_packets_received_total" in sample_names(every)

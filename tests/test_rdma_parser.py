@@ -694,3 +694,66 @@ def test_counter_files_beyond_the_budget_are_opened_for_one_read_only() -> None:
     assert _open_fds() - before == cache.held
     cache.close()
     assert (cache.held, _open_fds()) == (0, before)
+
+
+def _recording_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every file and directory the read layer opens from now on, as a path."""
+    opened: list[str] = []
+
+    def recording_open(file: str | bytes, flags: int, dir_fd: int | None = None) -> int:
+        name = os.fsdecode(file)
+        opened.append(name if dir_fd is None else f"{os.readlink(f'/proc/self/fd/{dir_fd}')}/{name}")
+        return os.open(file, flags, dir_fd=dir_fd)
+
+    monkeypatch.setattr(sysfs, "_open", recording_open)
+    return opened
+
+
+def test_a_later_read_opens_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is read every time (counters, states, rates, the PCIe link, MTUs, the GIDs' interfaces)
+    stays open, and what is absent (counters_ext/ on current kernels) is known to be: a second read
+    of an unchanged tree opens nothing, and sees what changed in the files it holds."""
+    sysfs = copy_devices(CLUSTER, tmp_path, "mlx5_0", "mlx5_8")  # an InfiniBand and a RoCE HCA
+    opened = _recording_opens(monkeypatch)
+    cache = ReadCache()
+    first = by_name_cached(sysfs, cache)
+    assert any(path.endswith("/ports/1/state") for path in opened)
+    assert any(path.endswith("/mtu") for path in opened)
+    assert first["mlx5_8"].ports[0].gid_netdevs  # RoCE: the port's interface from its GIDs
+    port = sysfs / "class/infiniband/mlx5_0/ports/1"
+    with (port / "state").open("r+") as f:  # in place, as the kernel changes an attribute
+        f.write("1: DOWN\n")
+        f.truncate()
+    mtu = (sysfs / "class/net" / first["mlx5_0"].netdevs[0].name / "mtu").resolve()
+    with mtu.open("r+") as f:
+        f.write("2044\n")
+        f.truncate()
+    opened.clear()
+    again = by_name_cached(sysfs, cache)
+    assert opened == []
+    assert only_port(again["mlx5_0"]).state == "DOWN"
+    assert again["mlx5_0"].netdevs[0].mtu_bytes == 2044
+    assert again["mlx5_8"] == first["mlx5_8"]
+    cache.close()
+
+
+def test_a_read_takes_only_the_counter_files_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _recording_opens(monkeypatch)
+    selection = infiniband.CounterSelection(
+        counters=lambda name: name == "symbol_error", hw_counters=lambda name: name == "out_of_buffer"
+    )
+    port = only_port(read_rdma_devices(CLUSTER, counters=selection, selects=lambda name: name == "mlx5_0")[0])
+    assert port.counters is not None and port.counters.by_file() == {"symbol_error": 0}
+    assert port.hw_counters == {"out_of_buffer": 0}
+    counter_files = {
+        path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1] for path in opened if "counters/" in path
+    }
+    assert counter_files == {"counters/symbol_error", "hw_counters/out_of_buffer"}
+    assert not [path for path in opened if "/mlx5_1/" in path]  # a device not selected is not read
+    # The audits read no counter, and still know which ports have them.
+    opened.clear()
+    (device,) = read_rdma_devices(CLUSTER, counters=infiniband.NO_COUNTERS, selects=lambda n: n == "mlx5_0")
+    assert only_port(device).counters == infiniband.PortCounters() and only_port(device).hw_counters == {}
+    assert not [path for path in opened if "counters/" in path]

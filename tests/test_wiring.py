@@ -374,3 +374,26 @@ def test_a_sampler_starts_and_closes_each_collector_once() -> None:
     sampler.join(time.monotonic() + 5)
     assert events[4:] == ["start c", "close c"]
     assert not sampler.alive
+
+
+def test_collectors_run_at_their_own_phase_so_that_none_start_together() -> None:
+    from clusterhealth.agent.collectors import PHASES
+    from clusterhealth.agent.sampling import next_run
+
+    # Once on its phase, every interval; a run started late or early is put back on it.
+    assert next_run(30.25, 15, 0.25) == 45.25
+    assert next_run(30.31, 15, 0.25) == 45.25
+    assert next_run(3.0, 15, 0.25) == 15.25  # the first run, at start: on the phase from then on
+    assert next_run(100.0, 2, 0.5) == 102.5  # at least half an interval after the last start
+    # The default intervals are whole seconds: at distinct fractions of a second, the collectors'
+    # starts over an hour never coincide.
+    defaults = configuration.Config()
+    starts: dict[float, str] = {}
+    for entry in COLLECTORS:
+        interval, phase = entry.settings(defaults).interval_seconds, PHASES[entry.name]
+        at = next_run(0.0, interval, phase)
+        while at < 3600:
+            assert round(at % 1, 6) == round(phase, 6), entry.name
+            at = next_run(at, interval, phase)
+        starts[round(phase, 6)] = entry.name
+    assert len(starts) == len(COLLECTORS)

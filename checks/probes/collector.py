@@ -17,12 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport
@@ -40,6 +36,11 @@ from clusterhealth.checks.probes.store import (
 )
 from clusterhealth.exporters.base import CollectorFailed
 from clusterhealth.exporters.nvml import GpuGone, NvmlSession, NvmlUnavailable
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
 
 log = logging.getLogger("clusterhealth.probes")
 
@@ -151,22 +152,30 @@ class ProbeService:
         self.probing, self.probes, self.runner = probing, probes, runner
         self.groups = tuple(groups)
         self.results = StateStore(Path(probing.state_dir) / RESULTS_FILE, RESULTS_FORMAT)
-        # One worker: the scheduler never starts a second probe while one runs (the lock file
-        # also keeps out `clusterhealth probe run` and other agents).
-        self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=1)},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
-        for probe in probes:
-            if probe.enabled:
-                self.scheduler.add_job(
-                    self.run_probe, trigger=_trigger(probe), args=[probe], id=probe.name, name=probe.name
-                )
+        self.scheduler: BackgroundScheduler | None = None
+        scheduled = [probe for probe in probes if probe.enabled]
+        if scheduled:
+            # APScheduler (and the multiprocessing and zoneinfo modules it loads, ~4 MB) only on
+            # a node that schedules probes.
+            from apscheduler.executors.pool import ThreadPoolExecutor
+            from apscheduler.schedulers.background import BackgroundScheduler
+
+            # One worker: the scheduler never starts a second probe while one runs (the lock
+            # file also keeps out `clusterhealth probe run` and other agents).
+            self.scheduler = BackgroundScheduler(
+                executors={"default": ThreadPoolExecutor(max_workers=1)},
+                job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            )
+        for probe in scheduled:
+            assert self.scheduler is not None
+            self.scheduler.add_job(
+                self.run_probe, trigger=_trigger(probe), args=[probe], id=probe.name, name=probe.name
+            )
 
     def start(self) -> None:
         for group in self.groups:
             group.start()
-        if self.scheduler.get_jobs():
+        if self.scheduler is not None:
             self.scheduler.start()
             for job in self.scheduler.get_jobs():
                 log.info("probe %s scheduled, next run at %s", job.id, job.next_run_time)
@@ -174,7 +183,7 @@ class ProbeService:
     def close(self) -> None:
         for group in self.groups:
             group.close()
-        if self.scheduler.running:
+        if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
     def run_probe(self, probe: ProbeConfig) -> list[PeerRun]:
@@ -234,6 +243,9 @@ def _transport_labels(transport: Transport) -> list[str]:
 
 
 def _trigger(probe: ProbeConfig) -> CronTrigger | IntervalTrigger:
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
     jitter = int(probe.jitter_seconds) or None
     if probe.cron:
         # APScheduler 3's from_crontab takes no jitter: the same five fields, with it.

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apscheduler.triggers.cron import CronTrigger
-
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.schema import setting
 
@@ -79,6 +77,9 @@ def degraded_fraction_setting() -> Any:
 def _check_cron(value: str | None) -> str | None:
     if value is None:
         return None
+    # APScheduler only where a probe has a cron schedule (it is ~4 MB of modules).
+    from apscheduler.triggers.cron import CronTrigger
+
     try:
         if len(value.split()) != 5:
             raise ValueError("not five fields")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from clusterhealth.checks.probe_parsers.nccl_transport import Transport
 from clusterhealth.exporters.gpu import GpuState
-from clusterhealth.exporters.infiniband import read_rdma_devices
+from clusterhealth.exporters.infiniband import NO_COUNTERS, read_rdma_devices
 
 # How many device names a reason lists before it counts the rest.
 _NAMES_SHOWN = 4
@@ -74,7 +74,7 @@ def read_node_links(
     devices: list[str] | None = None
     if sysfs_root is not None:
         try:
-            devices = [d.name for d in read_rdma_devices(sysfs_root) if selects(d.name)]
+            devices = [d.name for d in read_rdma_devices(sysfs_root, counters=NO_COUNTERS, selects=selects)]
         except OSError:
             devices = None  # FileNotFoundError too: no RDMA stack, nothing to fall back from
     links = None

@@ -114,19 +114,20 @@ def rdma_port_errors_unknown(c: Config) -> Alert:
 
 
 def rdma_pcie_link_degraded(c: Config) -> Alert:
+    """From the audit's hca_pcie_link check, which judges the link figures the rdma collector
+    exports only on request: its width, and its generation where the policy asks
+    (`pcie.hca_generation`: a Gen5 card in a Gen4 slot is normal)."""
     m = selector(c)
     return Alert(
         "RDMAPCIeLinkDegraded",
         "warning",
-        f"""clusterhealth_rdma_device_pcie_link_width{m()}
-  < clusterhealth_rdma_device_pcie_link_width_max{m()}
-or
-clusterhealth_rdma_device_pcie_link_generation{m()}
-  < clusterhealth_rdma_device_pcie_link_generation_max{m()}""",
+        f"""label_replace(
+  clusterhealth_check_status{m('check="hca_pcie_link"')}, "device", "$1", "subject", "(.*)"
+) > 0 < 3""",
         "HCA {{ $labels.device }} on {{ $labels.instance }} runs its PCIe link below its maximum.",
-        "The HCA's PCIe link trained narrower or slower than it can: it cannot feed its "
-        "port at line rate. Usually a badly seated card or riser; reseat it at the next "
-        "maintenance.",
+        "The HCA's PCIe link trained narrower (or, where the node's policy checks it, slower) "
+        "than it can: it cannot feed its port at line rate. Usually a badly seated card or "
+        "riser; reseat it at the next maintenance.",
         c.for_sustained,
         about="hca",
     )

@@ -119,18 +119,26 @@ CASES = [
     ),
     Case(
         "RDMAPCIeLinkDegraded",
-        "an HCA at x8 of x16 and one at a lower generation fire after 10m; a full link does not",
+        "an HCA whose link check is CRITICAL or WARNING fires after 10m; one OK, one UNKNOWN "
+        "(NodeCheckUnknown's) and one degraded for 5m do not",
         {
-            S("clusterhealth_rdma_device_pcie_link_width", {"device": "mlx5_4"}): "8x20",
-            S("clusterhealth_rdma_device_pcie_link_width_max", {"device": "mlx5_4"}): "16x20",
-            S("clusterhealth_rdma_device_pcie_link_width", {"device": "mlx5_0"}): "16x20",
-            S("clusterhealth_rdma_device_pcie_link_width_max", {"device": "mlx5_0"}): "16x20",
-            S("clusterhealth_rdma_device_pcie_link_generation", {"device": "mlx5_0"}): "5x20",
-            S("clusterhealth_rdma_device_pcie_link_generation_max", {"device": "mlx5_0"}): "5x20",
-            S("clusterhealth_rdma_device_pcie_link_generation", {"device": "mlx5_1"}): "3x20",
-            S("clusterhealth_rdma_device_pcie_link_generation_max", {"device": "mlx5_1"}): "5x20",
+            S("clusterhealth_check_status", {"check": "hca_pcie_link", "subject": "mlx5_4"}): "2x20",
+            S("clusterhealth_check_status", {"check": "hca_pcie_link", "subject": "mlx5_1"}): "1x20",
+            S("clusterhealth_check_status", {"check": "hca_pcie_link", "subject": "mlx5_0"}): "0x20",
+            S("clusterhealth_check_status", {"check": "hca_pcie_link", "subject": "mlx5_9"}): "3x20",
+            S("clusterhealth_check_status", {"check": "hca_pcie_link", "subject": "mlx5_2"}): "0x5 2x5 0x10",
+            S("clusterhealth_check_status", {"check": "rdma_port_state", "subject": "mlx5_3"}): "2x20",
         },
-        [("5m", []), ("15m", [F({"device": "mlx5_4"}, "warning", 8), F({"device": "mlx5_1"}, "warning", 3)])],
+        [
+            ("5m", []),
+            (
+                "15m",
+                [
+                    F({"device": "mlx5_4", "check": "hca_pcie_link", "subject": "mlx5_4"}, "warning", 2),
+                    F({"device": "mlx5_1", "check": "hca_pcie_link", "subject": "mlx5_1"}, "warning", 1),
+                ],
+            ),
+        ],
     ),
     Case(
         "PCIeAERErrors",
