@@ -42,7 +42,7 @@ from clusterhealth.exporters.sim.scenario import load_scenario
 
 from .conftest import FIXTURES, SCENARIOS, AgentProcess, require_tool
 from .mixin import mixin
-from .prom import Prometheus, free_port, wait_for
+from .prom import Prometheus, free_ports, wait_for
 
 NCCL = FIXTURES / "nccl-tests"
 FAST = 1  # seconds: the agents' collectors and probes, Prometheus's scrapes and rule evaluations
@@ -249,7 +249,8 @@ def running(tmp: Path) -> Iterator[DashboardFleet]:
     rules.write_text(mixin.render(mixin.load_config(None, mixin.TEST_PROFILE)))
     # Ports picked first, so that Prometheus watches the agents from their start (the scenario's
     # later faults happen under its eyes), and one more target where no agent answers.
-    ports = {node: free_port() for node in (*scenarios, "down")}
+    nodes = (*scenarios, "down")
+    ports = dict(zip(nodes, free_ports(len(nodes)), strict=True))
     prometheus = Prometheus(
         tmp / "prometheus",
         scrape_configs=[

@@ -32,7 +32,6 @@ from __future__ import annotations
 import random
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -43,6 +42,8 @@ from pathlib import Path
 import pytest
 
 from clusterhealth.checks.fabric import simulation as sim
+
+from .prom import free_port
 
 PERIOD = 120.0  # at most the lookback delta (300 s): a result would be read again in the next round
 SCRAPE = 15.0
@@ -55,12 +56,6 @@ def tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is missing: `make test` installs the Debian prometheus package")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # The groups are played with these round numbers and moved to the last hour when exported, so

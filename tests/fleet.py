@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from clusterhealth.exporters.sim.scenario import load_scenario
 
 from .conftest import FIXTURES, SCENARIOS, AgentProcess, require_tool
 from .mixin import ROOT, mixin
-from .prom import Alertmanager, Prometheus, Webhook, hurried, wait_for
+from .prom import Alertmanager, Prometheus, Webhook, free_ports, hurried, wait_for
 
 NCCL_OUTPUT = FIXTURES / "nccl-tests" / "08_single_node_8x_h100_allreduce.txt"
 # Real NCCL INFO lines of a run that fell back to sockets, printed before NCCL_OUTPUT's table.
@@ -84,12 +83,6 @@ def _probe(name: str, kind: str, output: Path, expect: str, **extra: Any) -> dic
         "expect": expect,
         **extra,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pairwise_group(ports: tuple[int, int]) -> dict[str, Any]:
@@ -199,7 +192,8 @@ def running_fleet(tmp: Path, profile: dict[str, Any] | None = None) -> Iterator[
 
     agents: dict[str, AgentProcess] = {}
     servers: list[Any] = []
-    group = _pairwise_group((free_port(), free_port()))
+    port, confirm_port = free_ports(2)
+    group = _pairwise_group((port, confirm_port))
     try:
         for node, (scenario, sysfs, probes, kernel_log) in nodes.items():
             kmsg = tmp / f"{node}.kmsg"

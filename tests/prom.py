@@ -37,9 +37,17 @@ def binary(name: str, package: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on loopback: all bound at once, since the kernel may hand a port
+    just closed to the next bind (two `free_port()` calls in a row can answer the same port)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, log: Callable[[], str] = str) -> None:

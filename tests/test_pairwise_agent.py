@@ -36,6 +36,7 @@ from clusterhealth.checks.probes.families import ProbeFamilies
 from clusterhealth.checks.probes.pipeline import Judge, Launch, Pipeline
 
 from .conftest import CLUSTERHEALTH, AgentProcess, require_tool, run_cli, samples, value
+from .prom import free_port, free_ports
 
 # The module's fleet waits three 12 s rounds; its tests then add rounds of their own.
 pytestmark = pytest.mark.slow
@@ -51,21 +52,16 @@ def iperf3() -> str:
     return require_tool("iperf3")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def group(name: str, members: dict[str, str], **settings: Any) -> dict[str, Any]:
     """A fast iperf3 group over loopback addresses."""
+    port, confirm_port = free_ports(2)
     return {
         "name": name,
         "kind": "iperf3",
         "members": members,
         "period_seconds": PERIOD,
-        "port": free_port(),
-        "confirm_port": free_port(),
+        "port": port,
+        "confirm_port": confirm_port,
         "timeout_seconds": 2.5,
         "skew_seconds": 0.5,
         "startup_seconds": 0.5,

@@ -7,7 +7,6 @@ lock -> idle guard -> template -> run (server and client) -> parse -> evaluate -
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -32,6 +31,7 @@ from clusterhealth.checks.probes import (
 from clusterhealth.checks.probes.pipeline import Job, Launch, Pipeline, StepResult, run_once
 
 from .conftest import require_tool
+from .prom import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -41,12 +41,6 @@ def _iperf3() -> None:
 
 SERVER = ["iperf3", "-s", "-1", "-B", "{peer}", "-p", "{port}"]
 CLIENT = ["iperf3", "-c", "{peer}", "-p", "{port}", "-t", "1", "-J"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def listening(port: int) -> bool:

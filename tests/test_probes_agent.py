@@ -20,6 +20,7 @@ from clusterhealth.checks.probes import ProbeLock
 from clusterhealth.checks.probes.settings import parse_bandwidth
 
 from .conftest import ROOT, AgentProcess, require_tool, run_cli, scenario, value
+from .prom import free_port
 
 needs_iperf3 = pytest.mark.usefixtures("iperf3")
 
@@ -27,12 +28,6 @@ needs_iperf3 = pytest.mark.usefixtures("iperf3")
 @pytest.fixture
 def iperf3() -> str:
     return require_tool("iperf3")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

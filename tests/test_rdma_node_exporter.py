@@ -12,7 +12,6 @@ third-party trees are compared too, so the check runs even where the binary is a
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from clusterhealth.exporters.rdma import RdmaCollector
 
 from .conftest import require_tool
+from .prom import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 CLUSTER = FIXTURES / "cluster-node" / "sys"
@@ -194,13 +194,6 @@ class Scrape:
 @pytest.fixture(scope="module")
 def node_exporter() -> str:
     return require_tool("prometheus-node-exporter")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 RunNodeExporter = Callable[[Path], Scrape]

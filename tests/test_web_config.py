@@ -13,7 +13,6 @@ import ipaddress
 import json
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -38,6 +37,7 @@ from clusterhealth.agent import webconfig
 from clusterhealth.agent.config import ConfigError, from_mapping
 
 from .conftest import AgentProcess, require_tool, run_cli
+from .prom import free_port
 
 PASSWORD = "s3cret"
 # Cost 4, the least bcrypt takes, keeps the tests fast; the format is what htpasswd -B writes.
@@ -815,12 +815,6 @@ def test_testssl_finds_nothing_serious_and_no_cbc_suite(tmp_path: Path, pki: Pki
 
 
 # --- a real Prometheus -----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_prometheus_scrapes_over_tls_with_basic_auth_and_a_client_certificate(
