@@ -162,11 +162,11 @@ def test_a_fabric_suspect_makes_its_host_unhealthy_unless_it_is_worse() -> None:
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two pairwise groups of 8 as their agents exported them over the last hour (the analyze
-    tests' simulation, tests/test_fabric_analyze_prometheus.py): h3 slow in one, the path h2-h5
+    tests' simulation, tests/fabric_store.py): h3 slow in one, the path h2-h5
     in the other."""
     from clusterhealth.checks.fabric import simulation as sim
 
-    from .test_fabric_analyze_prometheus import LAST, PERIOD, SCRAPE, N, _group
+    from .fabric_store import LAST, PERIOD, SCRAPE, N, _group
 
     shift = int(time.time() // PERIOD) - 2 - LAST
     families: dict[str, list[str]] = {}
