@@ -25,7 +25,7 @@ import yaml
 
 from clusterhealth.agent.settings import ConfigError, from_mapping, reference, to_mapping
 from clusterhealth.agent.yamlfile import read_yaml
-from clusterhealth.checks.fabric.members import MembershipError, parse_members
+from clusterhealth.checks.fabric.members import MembershipError, parse_inventory
 from clusterhealth.checks.fabric.schedule import check_node_name
 from clusterhealth.checks.fabric.settings import PairwiseGroupConfig, check_groups
 from clusterhealth.checks.policy import Policy
@@ -383,12 +383,14 @@ def _with_members(config: Config, source: str) -> Config:
                     source, f"{key}.members_file", f"a readable members file ({path}: {why})"
                 ) from err
             try:
-                members = parse_members(text)
+                inventory = parse_inventory(text)
             except MembershipError as err:
                 raise ConfigError(
                     source, f"{key}.members_file", f"a members file of 'name: address' lines ({path}: {err})"
                 ) from err
-            group = dataclasses.replace(group, members=members)
+            placement = {node: place.labels() for node, place in inventory.placement.items()}
+            placement = {node: {k: v for k, v in place.items() if v} for node, place in placement.items()}
+            group = dataclasses.replace(group, members=inventory.addresses, placement=placement)
         groups.append(group)
     return dataclasses.replace(config, pairwise_groups=tuple(groups))
 

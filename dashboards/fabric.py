@@ -16,6 +16,7 @@ from clusterhealth.dashboards.panels import (
     columns,
     graph,
     grid,
+    organize,
     timeline,
     with_rows,
 )
@@ -27,12 +28,13 @@ def dashboard() -> gd.Dashboard:
             "clusterhealth-fabric",
             "clusterhealth / Fabric",
             "Fabric probes (nccl-tests, ib_write_bw, iperf3) by node and by pair against their "
-            "expectation, what each node of a pairwise group costs a job, probe results, and the "
-            "fleet's RDMA error rates.",
+            "expectation, a pairwise group's nodes by leaf switch, what each node costs a job, probe "
+            "results, and the fleet's RDMA error rates.",
             node_multi=True,
         ),
         [
             ("Bandwidth", bandwidth_row()),
+            ("Leaves", leaves_row()),
             ("Cost", cost_row()),
             ("Results", results_row()),
             ("RDMA errors", rdma_errors_row()),
@@ -51,8 +53,54 @@ IMPACT = {
 }
 
 
+PLACEMENT = "clusterhealth_probe_placement_info"
+# Sorted by place: a leaf's nodes side by side.
+# Grafana's sortBy sorts by the first field it is given and ignores the rest; its sort is stable, so
+# one transformation a key, the least significant first, orders the rows by pod, spine, leaf, node.
+BY_PLACE = [
+    dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": field}]})
+    for field in ("instance", "leaf", "spine", "pod")
+]
+
+
+def leaves_row() -> list[Builder[dm.Panel]]:
+    ratio = _NODE_BANDWIDTH + "pairwise_ratio"
+    return [
+        graph(
+            "Bandwidth ratio by leaf",
+            "Per leaf switch of a pairwise group (the members file's leaf, as "
+            "clusterhealth_probe_placement_info exports it): the mean over its nodes of r, each "
+            "node's typical meeting bandwidth over the group's reference. A whole leaf falling while "
+            "the others hold is its uplink or the leaf itself (`clusterhealth analyze` tells which: "
+            "an uplink's nodes are fine with each other); one node falling inside a leaf that holds "
+            "is a host (docs/fabric.md).",
+            [
+                Query(
+                    f"avg by (probe, leaf) ({ratio}{{{SEL}}} * on (job, instance, probe) group_left (leaf) "
+                    f"{PLACEMENT}{{{SEL}}})",
+                    "{{leaf}} {{probe}}",
+                )
+            ],
+        ),
+        grid(
+            "Where each node sits",
+            "Each node's place in a pairwise group's fabric, as its members file says (leaf, spine "
+            "group, pod, rail), by place.",
+            [
+                Query(
+                    f"max by (instance, node, probe, leaf, spine, pod, rail) ({PLACEMENT}{{{SEL}}} "
+                    f"* on (job, instance) group_left (node) clusterhealth_node_info{{{SEL}}})",
+                    instant=True,
+                )
+            ],
+            transformations=[organize(["Time", "Value"]), *BY_PLACE],
+        ),
+    ]
+
+
 def cost_row() -> list[Builder[dm.Panel]]:
     columns = {f"Value #{chr(ord('A') + n)}": title for n, title in enumerate(IMPACT.values())}
+    placed = f"Value #{chr(ord('A') + len(IMPACT))}"
     return [
         grid(
             "What each node costs",
@@ -60,16 +108,24 @@ def cost_row() -> list[Builder[dm.Panel]]:
             "(the median of its nodes'); the slowdown of a ring all-reduce through it (1/r); and, for "
             "the rules' stated workload (by default a 64-GPU job reducing 7B BF16 gradients with 1 s "
             "of compute a step), how much slower its steps run and the GPU-hours a day it loses "
-            "(docs/cost.md). FabricBandwidthDegraded and NodeStraggler quote the same numbers.",
+            "(docs/cost.md). FabricBandwidthDegraded and NodeStraggler quote the same numbers. By "
+            "leaf where the members file places the nodes.",
             # Aggregated, so that each query drops its __name__ and the merge makes one row a node.
-            [Query(f"max by (instance, probe) ({record}{{{SEL}}})", instant=True) for record in IMPACT],
+            [
+                *(Query(f"max by (instance, probe) ({record}{{{SEL}}})", instant=True) for record in IMPACT),
+                Query(f"max by (instance, probe, leaf) ({PLACEMENT}{{{SEL}}})", instant=True),
+            ],
             w=12,
             transformations=[
                 MERGE,
                 dm.DataTransformerConfig(
                     id_val="organize",
-                    options={"excludeByName": dict.fromkeys(["Time", "job"], True), "renameByName": columns},
+                    options={
+                        "excludeByName": dict.fromkeys(["Time", "job", placed], True),
+                        "renameByName": columns,
+                    },
                 ),
+                dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "leaf"}]}),
             ],
         ),
         graph(

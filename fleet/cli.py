@@ -70,27 +70,46 @@ def add_commands(sub: Any) -> None:
 
     lab = sub.add_parser(
         "lab",
-        help="build N hosts as network namespaces running agents with a pairwise group, degrade a host "
-        "or a path, print analyze's verdict (root)",
+        help="build N hosts as network namespaces, on one switch or on leaves joined by a spine, running "
+        "agents with a pairwise group; degrade a host, a path, a leaf's uplink or a leaf; print analyze's "
+        "verdict (root)",
         description="Exit codes: 0 no suspect, 1 suspects, 2 bad arguments or not root, 3 no verdict, "
-        "4 the lab could not be built or run, 130 interrupted. Everything it made is removed at the end.",
+        "4 the lab could not be built or run, 130 interrupted. Everything it made is removed at the end. "
+        "Faults can be combined when they do not overlap.",
     )
     lab.add_argument("--hosts", type=int, required=True, metavar="N", help="hosts h1..hN (2 to 64)")
-    degrade = lab.add_mutually_exclusive_group()
-    degrade.add_argument(
+    lab.add_argument(
+        "--leaves",
+        type=int,
+        default=1,
+        metavar="M",
+        help="spread the hosts over M leaf switches leaf1..leafM joined by a spine (default 1: one switch)",
+    )
+    lab.add_argument(
         "--degrade-host", metavar="NAME", help="shape this host's link to --degrade-factor of the rate"
     )
-    degrade.add_argument(
+    lab.add_argument(
         "--degrade-path",
         metavar="A-B",
-        help="shape the path between two hosts, e.g. h2-h5, or 'first': the pair that meets first",
+        help="shape the path between two hosts, e.g. h2-h5, or 'first': the first pair to meet (away from "
+        "the other faults; inside a leaf when a leaf or an uplink is degraded too)",
+    )
+    lab.add_argument(
+        "--degrade-uplink",
+        metavar="LEAF",
+        help="shape a leaf's uplink to the spine to --degrade-factor of one host link's rate, e.g. leaf2",
+    )
+    lab.add_argument(
+        "--degrade-leaf",
+        metavar="LEAF",
+        help="shape every port of a leaf switch to --degrade-factor of the rate, e.g. leaf3",
     )
     lab.add_argument(
         "--degrade-factor",
         type=float,
         default=0.5,
         metavar="R",
-        help="the degraded host's or path's share of the rate (default 0.5)",
+        help="what is degraded runs at this share of the rate (default 0.5)",
     )
     lab.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds to wait (default 5)")
     lab.add_argument(
@@ -253,6 +272,9 @@ def _lab(args: argparse.Namespace) -> int:
         degrade_path=path,
         factor=args.degrade_factor,
         restart_prometheus=args.restart_prometheus,
+        leaves=args.leaves,
+        degrade_uplink=args.degrade_uplink,
+        degrade_leaf=args.degrade_leaf,
         report=Path(args.report) if args.report else None,
     )
     return lab.main(spec, args.json)

@@ -1,18 +1,28 @@
-"""`clusterhealth lab`: a pairwise group on N hosts made of network namespaces, a host or a path
-degraded on request, and `analyze`'s verdict on it.
+"""`clusterhealth lab`: a pairwise group on N hosts made of network namespaces, on one switch or on
+leaf switches joined by a spine, with a host, a path, a leaf's uplink or a whole leaf degraded on
+request, and `analyze`'s verdict on it.
 
 What it builds (root only, every name under a prefix of its own so that labs can run side by side,
 every address inside its own namespaces):
 
 * a switch namespace (``PREFIX-sw``) with a bridge, on which Prometheus listens (10.77.0.254);
-* N host namespaces ``PREFIX-h1``..``PREFIX-hN``, each with a veth pair to the bridge and the
-  address 10.77.0.i;
+* with ``--leaves M`` (M > 1), that switch is the spine, and M leaf namespaces ``PREFIX-l1``..
+  ``PREFIX-lM`` each hold a leaf bridge joined to the spine's by a veth pair, the leaf's *uplink*
+  (port ``uplink`` on the leaf, ``lJ`` on the spine), shaped to the leaf's hosts times the common rate
+  (non-blocking); the hosts are spread over the leaves in blocks (h1..h4 on leaf1 for 16 hosts on
+  4 leaves), and the members file says each host's leaf;
+* N host namespaces ``PREFIX-h1``..``PREFIX-hN``, each with a veth pair to its switch (the one
+  bridge, or its leaf's) and the address 10.77.0.i;
 * every host link shaped to one common rate with ``tc`` in both directions (tbf on the host's
   end and on the bridge's end), so that the machine's cores are not what the probes measure;
 * ``--degrade-host hK``: both ends of hK's link shaped to ``--degrade-factor`` of the rate (tbf;
   half by default); ``--degrade-path hA-hB``: on hA's end an htb class at that fraction of the rate
   with a u32 filter on hB's address, and the same on hB's end towards hA (both directions, as the
-  meetings' direction alternates);
+  meetings' direction alternates); ``--degrade-uplink leafJ``: both ends of the leaf's uplink
+  shaped to the factor of one host link's rate (tbf), so that every meeting across it runs at that
+  fraction or less, shared; ``--degrade-leaf leafJ``: every port of the leaf bridge (to its hosts
+  and its uplink) shaped so, as a leaf switch that lost its capacity would carry. Several at once,
+  so long as they do not overlap (a host or a path away from a degraded leaf or uplink);
 * a real agent per host namespace (``clusterhealth agent``, node name hI) with one iperf3 pairwise
   group, its members file written as an inventory tool would;
 * the Debian Prometheus scraping the agents every second; ``--restart-prometheus K`` stops it three
@@ -55,7 +65,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from clusterhealth.checks.fabric import analysis
+from clusterhealth.checks.fabric import analysis, topology
 from clusterhealth.checks.fabric.schedule import RoundTiming, Schedule, round_at
 from clusterhealth.checks.probes import runner
 from clusterhealth.fleet import analyze as analyzing
@@ -97,25 +107,65 @@ class LabSpec:
     # Two hosts, or FIRST: the pair that meets first (a path is found when its ends meet, once in
     # N-1 rounds; the pair that meets first makes the shortest lab).
     degrade_path: tuple[str, str] | str | None = None
-    factor: float = 0.5  # of the common rate, for the degraded host or path
+    factor: float = 0.5  # of the common rate, for what is degraded
     restart_prometheus: int | None = None  # the round across whose end Prometheus is restarted
+    leaves: int = 1  # leaf switches joined by a spine; 1: every host on one switch
+    degrade_uplink: str | None = None  # a leaf whose uplink is degraded
+    degrade_leaf: str | None = None  # a leaf degraded whole
     report: Path | None = None  # where the report goes; None: lab-PREFIX.html in the current directory
+
+    def leaf_of(self, host: str) -> str | None:
+        """The leaf a host hangs off (None on a lab of one switch): hosts in blocks, h1 first."""
+        if self.leaves <= 1:
+            return None
+        return f"leaf{(int(host[1:]) - 1) * self.leaves // self.hosts + 1}"
+
+    def leaf_map(self) -> dict[str, list[str]]:
+        """Each leaf's hosts (empty on a lab of one switch)."""
+        found: dict[str, list[str]] = {}
+        for i in range(1, self.hosts + 1):
+            if (leaf := self.leaf_of(f"h{i}")) is not None:
+                found.setdefault(leaf, []).append(f"h{i}")
+        return found
+
+    def clear_of_faults(self, host: str) -> bool:
+        """Whether a host is away from the degraded host, leaf and uplink (a path may use it)."""
+        leaf = self.leaf_of(host)
+        degraded = (self.degrade_leaf, self.degrade_uplink)
+        return host != self.degrade_host and (leaf is None or leaf not in degraded)
 
     def problem(self) -> str | None:
         """None when the lab can be built as asked; otherwise what was expected."""
         names = {f"h{i}" for i in range(1, self.hosts + 1)}
+        leaves = {f"leaf{j}" for j in range(1, self.leaves + 1)}
         if not 2 <= self.hosts <= MAX_HOSTS:
             return f"--hosts: expected 2 to {MAX_HOSTS} hosts"
+        if not 1 <= self.leaves <= self.hosts:
+            return f"--leaves: expected 1 to {self.hosts} (the hosts are spread over them)"
+        for flag, leaf in (("--degrade-uplink", self.degrade_uplink), ("--degrade-leaf", self.degrade_leaf)):
+            if leaf is None:
+                continue
+            if self.leaves < 3:
+                return f"{flag}: expected --leaves of 3 or more (two leaves share every meeting across)"
+            if leaf not in leaves:
+                return f"{flag}: expected one of leaf1..leaf{self.leaves}"
+        if self.degrade_uplink is not None and self.degrade_uplink == self.degrade_leaf:
+            return "--degrade-uplink and --degrade-leaf: expected two different leaves"
         if self.rounds < 1:
             return "--rounds: expected at least 1"
         if self.period < minimum_period():
             return f"--period: expected at least {minimum_period():g} s (the lab's one-second iperf3 rounds)"
         if self.degrade_host is not None and self.degrade_host not in names:
             return f"--degrade-host: expected one of h1..h{self.hosts}"
+        degraded_leaves = {leaf for leaf in (self.degrade_leaf, self.degrade_uplink) if leaf is not None}
+        if self.degrade_host is not None and self.leaf_of(self.degrade_host) in degraded_leaves:
+            return "--degrade-host: expected a host away from the degraded leaf or uplink"
         if isinstance(self.degrade_path, tuple):
             a, b = self.degrade_path
             if a not in names or b not in names or a == b:
                 return f"--degrade-path: expected two different hosts among h1..h{self.hosts}, as hA-hB"
+            if not (self.clear_of_faults(a) and self.clear_of_faults(b)):
+                return "--degrade-path: expected two hosts away from the degraded host, leaf or uplink"
         if not 1 <= self.rate_mbit <= 10_000:
             return "--rate: expected 1 to 10000 Mbit/s"
         if not 0 < self.factor < 1:
@@ -126,16 +176,25 @@ class LabSpec:
             return f"--report: expected a file in an existing directory, got {self.report}"
         return None
 
-    def expected_suspect(self, path: tuple[str, str] | None) -> tuple[str, str] | None:
-        """(kind, suspect) that analyze should name, given the path degraded."""
+    def expected_suspects(self, path: tuple[str, str] | None) -> list[tuple[str, str]]:
+        """(kind, suspect) of each fault, as analyze should name it, given the path degraded."""
+        found = []
+        if self.degrade_uplink is not None:
+            found.append(("uplink", self.degrade_uplink))
+        if self.degrade_leaf is not None:
+            found.append(("leaf", self.degrade_leaf))
         if self.degrade_host is not None:
-            return ("host", self.degrade_host)
+            found.append(("host", self.degrade_host))
         if path is not None:
-            return ("path", "<->".join(sorted(path)))
-        return None
+            found.append(("path", "<->".join(sorted(path))))
+        return found
+
+    def expected_suspect(self, path: tuple[str, str] | None) -> tuple[str, str] | None:
+        """The first of ``expected_suspects``, for a lab of one fault."""
+        return next(iter(self.expected_suspects(path)), None)
 
 
-FIRST = "first"  # --degrade-path first: the pair that meets in the lab's first round
+FIRST = "first"  # --degrade-path first: the first pair to meet, away from the other faults
 
 
 def parse_path(text: str) -> tuple[str, str] | str:
@@ -242,6 +301,14 @@ class Lab:
 
     # -- building --------------------------------------------------------------------------------
 
+    def leaf_ns(self, j: int) -> str:
+        return f"{self.prefix}-l{j}"
+
+    def switch_of(self, i: int) -> str:
+        """The namespace of host i's switch: its leaf's, or the one switch."""
+        leaf = self.spec.leaf_of(f"h{i}")
+        return self.switch if leaf is None else self.leaf_ns(int(leaf.removeprefix("leaf")))
+
     def build(self) -> None:
         for tool in ("ip", "tc", "iperf3", "prometheus"):
             path = shutil.which(tool)
@@ -252,43 +319,80 @@ class Lab:
         if self.prefix in existing:
             raise LabError(f"namespaces named {self.prefix}-* exist already")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"clusterhealth-lab-{self.prefix}-"))
-        self.say(f"lab {self.prefix}: {self.spec.hosts} hosts, work directory {self.workdir}")
+        spec = self.spec
+        on = f" on {spec.leaves} leaves" if spec.leaves > 1 else ""
+        self.say(f"lab {self.prefix}: {spec.hosts} hosts{on}, work directory {self.workdir}")
         ip = self.tools["ip"]
         self._add_namespace(self.switch)
         _command(ip, "-n", self.switch, "link", "set", "lo", "up")
         _command(ip, "-n", self.switch, "link", "add", "br0", "type", "bridge")
         _command(ip, "-n", self.switch, "addr", "add", f"{SWITCH_ADDRESS}/24", "dev", "br0")
         _command(ip, "-n", self.switch, "link", "set", "br0", "up")
-        for i in range(1, self.spec.hosts + 1):
+        leaves = spec.leaf_map()
+        for j in range(1, len(leaves) + 1):
+            self._add_leaf(j, len(leaves[f"leaf{j}"]))
+        for i in range(1, spec.hosts + 1):
             ns = self.host_ns(i)
+            switch = self.switch_of(i)
             self._add_namespace(ns)
             # Created in the switch namespace with its peer in the host's: nothing in ours.
             _command(
-                ip,
-                "-n",
-                self.switch,
-                "link",
-                "add",
-                f"h{i}",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-            )
-            _command(ip, "-n", self.switch, "link", "set", f"h{i}", "master", "br0")
-            _command(ip, "-n", self.switch, "link", "set", f"h{i}", "up")
+                ip, "-n", switch, "link", "add", f"h{i}", "type", "veth", "peer", "name", "eth0", "netns", ns
+            )  # fmt: skip
+            _command(ip, "-n", switch, "link", "set", f"h{i}", "master", "br0")
+            _command(ip, "-n", switch, "link", "set", f"h{i}", "up")
             _command(ip, "-n", ns, "link", "set", "lo", "up")
             _command(ip, "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _command(ip, "-n", ns, "link", "set", "eth0", "up")
-            self._shape(i)
-        if self.spec.degrade_host is not None:
+            self._shape(i, switch)
+        degraded = spec.rate_mbit * spec.factor
+        if spec.degrade_host is not None:
             self.say(
-                f"lab {self.prefix}: host {self.spec.degrade_host} degraded to "
-                f"{self.spec.rate_mbit * self.spec.factor:g} of {self.spec.rate_mbit:g} Mbit/s (tbf)"
+                f"lab {self.prefix}: host {spec.degrade_host} degraded to "
+                f"{degraded:g} of {spec.rate_mbit:g} Mbit/s (tbf)"
             )
+        if spec.degrade_uplink is not None:
+            self.say(
+                f"lab {self.prefix}: {spec.degrade_uplink}'s uplink degraded to {degraded:g} Mbit/s (tbf)"
+            )
+        if spec.degrade_leaf is not None:
+            self.say(
+                f"lab {self.prefix}: {spec.degrade_leaf}'s every port degraded to {degraded:g} Mbit/s (tbf)"
+            )
+
+    def _add_leaf(self, j: int, hosts: int) -> None:
+        """Leaf j's bridge in its namespace, joined to the spine's by its uplink."""
+        ip, ns, spec = self.tools["ip"], self.leaf_ns(j), self.spec
+        self._add_namespace(ns)
+        _command(ip, "-n", ns, "link", "set", "lo", "up")
+        _command(ip, "-n", ns, "link", "add", "br0", "type", "bridge")
+        _command(ip, "-n", ns, "link", "set", "br0", "up")
+        _command(
+            ip,
+            "-n",
+            self.switch,
+            "link",
+            "add",
+            f"l{j}",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "uplink",
+            "netns",
+            ns,
+        )
+        for where, port in ((self.switch, f"l{j}"), (ns, "uplink")):
+            _command(ip, "-n", where, "link", "set", port, "master", "br0")
+            _command(ip, "-n", where, "link", "set", port, "up")
+        # Non-blocking: as much as its hosts' links together. A degraded uplink carries one link's
+        # share both ways; a degraded leaf's own port does (the spine's end is the spine's).
+        leaf, whole = f"leaf{j}", spec.rate_mbit * hosts
+        slow = spec.rate_mbit * spec.factor
+        up = slow if leaf in (spec.degrade_uplink, spec.degrade_leaf) else whole
+        down = slow if leaf == spec.degrade_uplink else whole
+        self._tc(ns, "qdisc", "add", "dev", "uplink", "root", *self._tbf(up))
+        self._tc(self.switch, "qdisc", "add", "dev", f"l{j}", "root", *self._tbf(down))
 
     def _add_namespace(self, name: str) -> None:
         _command(self.tools["ip"], "netns", "add", name)
@@ -302,13 +406,14 @@ class Lab:
         # A burst of a few GSO packets: veth hands tbf 64 KB segments.
         return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", "256kb", "latency", "20ms"]
 
-    def _shape(self, i: int) -> None:
-        """The host's link at the common rate, both ways."""
-        rate = self.spec.rate_mbit
-        if self.spec.degrade_host == f"h{i}":
-            rate *= self.spec.factor
+    def _shape(self, i: int, switch: str) -> None:
+        """The host's link at the common rate, both ways (its switch's end slow on a degraded leaf)."""
+        spec = self.spec
+        rate = spec.rate_mbit * (spec.factor if spec.degrade_host == f"h{i}" else 1)
+        on_slow_leaf = spec.degrade_leaf is not None and spec.leaf_of(f"h{i}") == spec.degrade_leaf
+        port = rate * spec.factor if on_slow_leaf else rate
         self._tc(self.host_ns(i), "qdisc", "add", "dev", "eth0", "root", *self._tbf(rate))
-        self._tc(self.switch, "qdisc", "add", "dev", f"h{i}", "root", *self._tbf(rate))
+        self._tc(switch, "qdisc", "add", "dev", f"h{i}", "root", *self._tbf(port))
 
     def _degrade_path(self, first: int) -> tuple[str, str] | None:
         """Shape the path asked for (before the first round), and say which it is."""
@@ -317,16 +422,37 @@ class Lab:
         if isinstance(self.spec.degrade_path, tuple):
             a, b = self.spec.degrade_path
         else:
-            hosts = [f"h{i}" for i in range(1, self.spec.hosts + 1)]
-            pairs = [sorted((p.server, p.client)) for p in Schedule(hosts, GROUP).matching(first).pairs]
-            if not pairs:
-                raise LabError("no pair meets in the first round")
-            a, b = min(pairs)
+            a, b = self._first_pair(first)
         self.path = (a, b)
         self._shape_path(a, b)
         rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
         self.say(f"lab {self.prefix}: path {a}<->{b} degraded to {slow:g} of {rate:g} Mbit/s (htb + u32)")
         return a, b
+
+    def _first_pair(self, first: int) -> tuple[str, str]:
+        """The pair that meets first from round ``first`` on, away from every other fault; inside a
+        leaf when a leaf or an uplink is degraded too (a path across is confirmed once both ends
+        were fine across, and on four leaves one of them meets the degraded leaf in every round
+        across)."""
+        spec, schedule = self.spec, self.schedule()
+        inside = spec.degrade_leaf is not None or spec.degrade_uplink is not None
+        for r in range(first, first + max(schedule.cycle, 1)):
+            pairs = [
+                sorted((p.server, p.client), key=topology.natural)
+                for p in schedule.matching(r).pairs
+                if spec.clear_of_faults(p.server)
+                and spec.clear_of_faults(p.client)
+                and (not inside or spec.leaf_of(p.server) == spec.leaf_of(p.client))
+            ]
+            if pairs:
+                a, b = min(pairs, key=lambda pair: [topology.natural(h) for h in pair])
+                return a, b
+        raise LabError("no pair away from the other faults ever meets")
+
+    def schedule(self) -> Schedule:
+        """The group's schedule, as its agents derive it from the members file the lab writes."""
+        hosts = [f"h{i}" for i in range(1, self.spec.hosts + 1)]
+        return Schedule(hosts, GROUP, {h: leaf for h in hosts if (leaf := self.spec.leaf_of(h))})
 
     def _shape_path(self, a: str, b: str) -> None:
         rate, slow = self.spec.rate_mbit, self.spec.rate_mbit * self.spec.factor
@@ -346,13 +472,14 @@ class Lab:
 
     def set_degraded(self, degraded: bool) -> None:
         """Take the degraded host or path back to the common rate (False) or degrade it again
-        (True), as built: for a workload measured on the same links with and without the fault."""
+        (True), as built: for a workload measured on the same links with and without the fault
+        (benchmarks/impact.py; a leaf or an uplink stays as built)."""
         rate = self.spec.rate_mbit
         if self.spec.degrade_host is not None:
             i = int(self.spec.degrade_host[1:])
             shaped = self._tbf(rate * self.spec.factor if degraded else rate)
             self._tc(self.host_ns(i), "qdisc", "replace", "dev", "eth0", "root", *shaped)
-            self._tc(self.switch, "qdisc", "replace", "dev", f"h{i}", "root", *shaped)
+            self._tc(self.switch_of(i), "qdisc", "replace", "dev", f"h{i}", "root", *shaped)
         elif self.path is not None:
             for end in self.path:
                 ns = self.host_ns(int(end[1:]))
@@ -366,7 +493,15 @@ class Lab:
         assert self.workdir is not None
         members = {f"h{i}": self.address(i) for i in range(1, self.spec.hosts + 1)}
         members_file = self.workdir / "members.yaml"
-        members_file.write_text("".join(f"{name}: {address}\n" for name, address in members.items()))
+        # As an inventory tool writes it: each host's address, and its leaf when there are leaves.
+        members_file.write_text(
+            "".join(
+                f"{name}: {{address: {address}, leaf: {leaf}}}\n"
+                if (leaf := self.spec.leaf_of(name))
+                else f"{name}: {address}\n"
+                for name, address in members.items()
+            )
+        )
         iperf3 = self.tools["iperf3"]
         group = {
             "name": GROUP,
@@ -536,10 +671,12 @@ class Lab:
         report: dict[str, Any] = {
             "prefix": self.prefix,
             "hosts": self.spec.hosts,
+            "leaves": self.spec.leaf_map(),
             "rounds": self.spec.rounds,
             "period_seconds": self.spec.period,
             "rate_mbit_per_second": self.spec.rate_mbit,
             "degraded": None,
+            "faults": [],
             "first_round": first,
             "history": history,
         }
@@ -547,11 +684,8 @@ class Lab:
             report["prometheus_restarted"] = restarted
         # At the moment of the last analysis: the same window, the same suspects, the same prices.
         report["remediate"] = in_namespace(self.switch, functools.partial(self._remediate, first, at))
-        expected = self.spec.expected_suspect(path)
-        if expected is not None:
-            kind, suspect = expected
-            report["degraded"] = {"kind": kind, "suspect": suspect, "factor": self.spec.factor}
-            report["named_after_rounds"] = next(
+        for kind, suspect in self.spec.expected_suspects(path):
+            after = next(
                 (
                     e["after_round"]
                     for e in history
@@ -559,6 +693,10 @@ class Lab:
                 ),
                 None,
             )
+            fault = {"kind": kind, "suspect": suspect, "factor": self.spec.factor}
+            report["faults"].append({**fault, "named_after_round": after})
+            if report["degraded"] is None:  # the first fault, as a lab of one fault reports it
+                report["degraded"], report["named_after_rounds"] = fault, after
         return last, why, report
 
     def _window(self, first: int, at: float) -> float:
@@ -730,18 +868,20 @@ def main(spec: LabSpec, as_json: bool) -> int:
 
 
 def _summary(report: dict[str, Any]) -> str:
-    head = f"lab: {report['hosts']} hosts, {report['rounds']} rounds of {report['period_seconds']:g} s"
+    on = f" on {len(report['leaves'])} leaves" if report.get("leaves") else ""
+    head = f"lab: {report['hosts']} hosts{on}, {report['rounds']} rounds of {report['period_seconds']:g} s"
     orders = (report.get("remediate") or {}).get("would") or []
     would = "; the remediator (dry-run) would " + (
         ", ".join(f"{o['operation']} {o['node']} ({o['action']})" for o in orders)
         if orders
         else "act on nothing"
     )
-    degraded = report.get("degraded")
-    if degraded is None:
+    faults = report.get("faults") or []
+    if not faults:
         return head + ", nothing degraded" + would
-    named = report.get("named_after_rounds")
-    when = f"named after round {named}" if named is not None else "not named"
-    return (
-        f"{head}; {degraded['kind']} {degraded['suspect']} degraded to {degraded['factor']:g}: {when}{would}"
-    )
+    said = []
+    for fault in faults:
+        named = fault["named_after_round"]
+        when = f"named after round {named}" if named is not None else "not named"
+        said.append(f"{fault['kind']} {fault['suspect']} degraded to {fault['factor']:g}: {when}")
+    return f"{head}; " + "; ".join(said) + would

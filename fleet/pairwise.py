@@ -44,6 +44,7 @@ results that cannot be tied to a node or a round. Without ``allow_partial`` it i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -55,6 +56,7 @@ from typing import Any
 from clusterhealth.checks import cost
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.checks.fabric.analysis import Analysis, Meeting, Report, Rules
+from clusterhealth.checks.fabric.topology import PLACE_KEYS, Placement, placement
 from clusterhealth.fleet.prometheus import (
     NoVerdict,
     Partial,
@@ -75,6 +77,21 @@ PEER_SUCCESS = "clusterhealth_probe_peer_success"
 ROUND = "clusterhealth_probe_round"
 EXPECTED = "clusterhealth_probe_expected_bandwidth_bytes_per_second"
 JOB_INFO = "clusterhealth_gpu_job_info"
+PLACEMENT_INFO = "clusterhealth_probe_placement_info"
+GPU_INFO = "clusterhealth_gpu_info"
+# clusterhealth_gpu_info's own labels but the chassis (the NVLink domain); the rest is the target.
+_GPU_LABELS = (
+    "gpu",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "serial",
+    "vbios_version",
+    "slot",
+    "tray",
+    "host_id",
+    "module_id",
+)
 
 # The windows a round is read in. A result is read when it stays exported over a whole window
 # in which its node's round did not change. The shortest lived is the confirming meeting's, from
@@ -122,6 +139,9 @@ class History:
     warnings: list[str]  # Prometheus's partial answers (warnings, isPartial), as problems' texts
     untied: list[str]  # results that could not be tied to a node or a round, and why
     node_info: list[dict[str, Any]] = field(repr=False, default_factory=list)  # as read
+    # Where each node sits, as its agent exports it (its members file) and NVML names its NVLink
+    # domain; nodes of unknown place are absent.
+    placement: dict[str, Placement] = field(default_factory=dict)
 
     @property
     def rounds(self) -> list[int]:
@@ -267,6 +287,7 @@ def read_history(
             untied=reduced.problems,
             node_info=node_info,
         )
+        history.placement = _placement(prometheus, history)
         if jobs:
             history.jobs = _jobs(prometheus, history)
     # Decided after the last query: a partial answer to any of them (the jobs' too) is partial data.
@@ -299,7 +320,56 @@ def judge(
             problems=history.problems,
             workload=workload,
             jobs=history.jobs,
+            leaves={node: place.leaf for node, place in history.placement.items() if place.leaf},
         )
+
+
+def _names(node_info: Sequence[Mapping[str, Any]]) -> dict[Target, set[str]]:
+    """The node names each target had over the window, from ``clusterhealth_node_info``."""
+    names: dict[Target, set[str]] = {}
+    for series in node_info:
+        labels = series.get("metric", {})
+        if labels.get("node"):
+            names.setdefault(target_of(labels, ("node",)), set()).add(labels["node"])
+    return names
+
+
+def _placement(prometheus: Prometheus, history: History) -> dict[str, Placement]:
+    """Each node's place: its leaf, spine group, pod and rail as its agent exports them for the group
+    (the latest, should a node have moved in the window), and its NVLink domain where NVML names one
+    (``clusterhealth_gpu_info``'s chassis serial number)."""
+    selector = f"[{math.ceil(history.window)}s]"
+    names = _names(history.node_info)
+    match = f'probe="{history.probe}"'
+    found = prometheus.query(f"last_over_time({PLACEMENT_INFO}{{{match}}}{selector})", history.end)
+    places: dict[Target, set[Placement]] = {}
+    for series in found:
+        labels = series.get("metric", {})
+        places.setdefault(target_of(labels, ("probe", *PLACE_KEYS)), set()).add(placement(labels))
+    if any(len(seen) > 1 for seen in places.values()):
+        # A node that moved within the window: where it is at the end.
+        latest = f"[{math.ceil(history.step)}s]"
+        for series in prometheus.query(f"last_over_time({PLACEMENT_INFO}{{{match}}}{latest})", history.end):
+            labels = series.get("metric", {})
+            target = target_of(labels, ("probe", *PLACE_KEYS))
+            if len(places.get(target, ())) > 1:
+                places[target] = {placement(labels)}
+    domains: dict[Target, set[str]] = {}
+    without = ", ".join(_GPU_LABELS)
+    query = f'group without ({without}) (last_over_time({GPU_INFO}{{chassis_serial!=""}}{selector}))'
+    for series in prometheus.query(query, history.end):
+        labels = series.get("metric", {})
+        domains.setdefault(target_of(labels, ("chassis_serial",)), set()).add(labels["chassis_serial"])
+    found_places: dict[str, Placement] = {}
+    for target in places.keys() | domains.keys():
+        seen, chassis = places.get(target, set()), domains.get(target, set())
+        place = next(iter(seen)) if len(seen) == 1 else Placement()
+        domain = next(iter(chassis)) if len(chassis) == 1 else None
+        place = dataclasses.replace(place, nvlink_domain=domain)
+        if place.known:
+            for node in names.get(target, set()) & history.nodes:
+                found_places[node] = place
+    return found_places
 
 
 def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]] | None:
@@ -308,11 +378,7 @@ def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]]
     found = prometheus.query(f"last_over_time({JOB_INFO}[{JOBS_LOOKBACK}])", history.end)
     if not found:
         return None
-    names: dict[Target, set[str]] = {}
-    for series in history.node_info:
-        labels = series.get("metric", {})
-        if labels.get("node"):
-            names.setdefault(target_of(labels, ("node",)), set()).add(labels["node"])
+    names = _names(history.node_info)
     gpus: dict[tuple[str, str, str, str], set[tuple[Target, str, str]]] = {}
     on: dict[Target, set[tuple[str, str, str, str]]] = {}
     for series in found:

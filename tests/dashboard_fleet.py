@@ -51,6 +51,9 @@ PAIRS_PERIOD = 60.0  # seconds a round: 30 rounds are half an hour, inside the r
 PAIRS_ROUNDS = 30
 PAIRS_NODES = 8
 PAIRS_BAD_HOST = "h3"
+# Four leaf switches of two nodes each, as a members file places them, not in the order of the
+# names (so that a table sorted by name is not sorted by place): h3 sits on leaf3 with h7.
+PAIRS_LEAVES = {f"h{i}": f"leaf{(i - 1) % 4 + 1}" for i in range(1, 9)}
 SLURM_JOB = "817304"  # the faulty scenario's job
 LATER = 8.0  # seconds after the agent's start: the faults that happen under Prometheus's eyes
 
@@ -164,12 +167,19 @@ def _pairs_history(promtool: str, data: Path, now: float) -> None:
     """The pairwise group's rounds up to now, backfilled into a fresh TSDB directory."""
     last = int(now // PAIRS_PERIOD)
     first = last - PAIRS_ROUNDS + 1
-    fleet = sim.Fleet(sim.node_names(PAIRS_NODES), seed=PAIRS_PROBE, period=PAIRS_PERIOD, p_busy=0.0)
+    fleet = sim.Fleet(
+        sim.node_names(PAIRS_NODES), seed=PAIRS_PROBE, period=PAIRS_PERIOD, p_busy=0.0, leaves=PAIRS_LEAVES
+    )
     fleet.bad_hosts[PAIRS_BAD_HOST] = 0.5
     group = sim.Group(fleet, random.Random(3))
     rounds = [group.play(r) for r in range(first, last + 1)]
     families = sim.exposition_history(
-        PAIRS_PROBE, rounds, PAIRS_PERIOD, sim.node_names(PAIRS_NODES), scrape_interval=15.0
+        PAIRS_PROBE,
+        rounds,
+        PAIRS_PERIOD,
+        sim.node_names(PAIRS_NODES),
+        scrape_interval=15.0,
+        leaves=PAIRS_LEAVES,
     )
     # The last round is the current one: what its agents would have exported so far.
     for name, lines in families.items():

@@ -16,7 +16,11 @@ h1b halfway), ``unreachable`` (h4 measures nothing for the last 4 rounds), ``job
 bad, with the jobs on the nodes in ``clusterhealth_gpu_job_info``), ``expectation`` (agents
 expecting twice what the group reaches, h3 bad), ``partial`` (an agent without node_info),
 ``noise`` (200 nodes, 2 % single shorts, 5 % busy), ``noisefaults`` (the same with a bad host h3
-and a bad path confirmed by its second meeting), ``lonely`` (one node).
+and a bad path confirmed by its second meeting), ``lonely`` (one node), and two trees of 8 leaves of
+8 on nodes of their own, t1..t64 (``TREE``, the members placed, with the same noise):
+``treeuplink`` (leaf3's uplink and the host t45 at half speed for the last 8 rounds) and
+``treeleaf`` (leaf5 and a path inside leaf2 at half speed), their nodes' GPUs in
+``clusterhealth_gpu_info`` with a chassis serial number (racks of 16).
 
 A second Prometheus serves a copy of the same blocks with a remote store that does not answer:
 its answers carry `warnings` (partial data). A third asks its dead remote store for the jobs'
@@ -26,6 +30,7 @@ series alone (`required_matchers`), so that only the jobs' query answers with a 
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -75,15 +80,22 @@ def _group(
     first: int = BASE,
     n: int = N,
     seed: str | None = None,
+    leaves: dict[str, str] | None = None,
+    bad_uplinks: dict[str, float] | None = None,
+    bad_leaves: dict[str, float] | None = None,
     **noise: float,
 ) -> list[sim.Round]:
-    fleet = sim.Fleet(sim.node_names(n), seed=seed or probe, period=PERIOD, **{"p_busy": 0.0, **noise})
+    fleet = sim.Fleet(
+        sim.node_names(n), seed=seed or probe, period=PERIOD, leaves=leaves or {}, **{"p_busy": 0.0, **noise}
+    )
     group = sim.Group(fleet, random.Random(3))
     rounds = []
     for r in range(first, LAST + 1):
         if r == fault_from:
             fleet.bad_hosts.update(bad_hosts or {})
             fleet.bad_paths.update(bad_paths or {})
+            fleet.bad_uplinks.update(bad_uplinks or {})
+            fleet.bad_leaves.update(bad_leaves or {})
         rounds.append(group.play(r))
     PLAYED.setdefault(probe, rounds)
     return rounds
@@ -122,7 +134,13 @@ def write_history(root: Path, shift: int) -> Path:
     promtool = tool("promtool")
     families: dict[str, list[str]] = {}
 
-    def add(probe: str, rounds: list[sim.Round], n: int = N, node_info: bool = True) -> dict[str, list[str]]:
+    def add(
+        probe: str,
+        rounds: list[sim.Round],
+        n: int = N,
+        node_info: bool = True,
+        leaves: dict[str, str] | None = None,
+    ) -> dict[str, list[str]]:
         part = sim.exposition_history(
             probe,
             sim.shifted(rounds, shift),
@@ -130,6 +148,7 @@ def write_history(root: Path, shift: int) -> Path:
             sim.node_names(n),
             scrape_interval=SCRAPE,
             node_info=node_info,
+            leaves=leaves,
         )
         for name, lines in part.items():
             families.setdefault(name, []).extend(lines)
@@ -200,6 +219,40 @@ def write_history(root: Path, shift: int) -> Path:
     bad_path = {sim.path("h2", partner.other("h2")): 0.5}
     faults = _group("noisefaults", LAST - 8, {"h3": 0.5}, bad_path, n=NOISY, seed="noise", **noise)
     add("noisefaults", faults, NOISY)
+    # The tree: 8 leaves of 8 with the same noise, from LAST - 8 on leaf3's uplink at half and a bad
+    # host on leaf6 (treeuplink), or leaf5 itself at half and a bad path inside leaf2 (treeleaf).
+    # Nodes of their own (t1..t64, agents and names), whose GPUs sit in racks of 16.
+    tree = {"p_short": 0.02, "p_busy": 0.05}
+
+    def add_tree(probe: str, rounds: list[sim.Round]) -> None:
+        part = sim.exposition_history(
+            probe, sim.shifted(rounds, shift), PERIOD, list(TREE), scrape_interval=SCRAPE, leaves=TREE
+        )
+        for name, lines in part.items():
+            families.setdefault(name, []).extend(tree_names(line) for line in lines)
+
+    add_tree(
+        "treeuplink",
+        _group("treeuplink", LAST - 8, {"h45": 0.5}, n=64, leaves=TREE, bad_uplinks={"leaf3": 0.5}, **tree),
+    )
+    inside = sim.Group(sim.Fleet(list(TREE), seed="treeleaf", leaves=TREE), random.Random(0)).schedule
+    at = next(r for r in (LAST - 7, LAST - 6) if inside.inside_leaves(r))
+    partner = inside.partner("h9", at)  # a round inside the leaves: h9's partner is on leaf2
+    assert partner is not None and TREE[partner.other("h9")] == "leaf2"
+    TREE_PATH.append(sim.path("h9", partner.other("h9")))
+    add_tree(
+        "treeleaf",
+        _group(
+            "treeleaf",
+            LAST - 8,
+            bad_paths={TREE_PATH[0]: 0.5},
+            n=64,
+            leaves=TREE,
+            bad_leaves={"leaf5": 0.5},
+            **tree,
+        ),
+    )
+    families[GPU_INFO] = list(_gpu_info(shift))
     source = root / "data.om"
     source.write_text(sim.openmetrics(families))
     data = root / "tsdb"
@@ -242,6 +295,33 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         for process, _ in served:
             process.terminate()
             process.wait(timeout=30)
+
+
+TREE = sim.tree(8, 8)  # as played: h1..h64 on leaf1..leaf8; exported as t1..t64 (tree_names)
+TREE_PATH: list[frozenset[str]] = []  # the bad path of treeleaf, once chosen (played names)
+GPU_INFO = "clusterhealth_gpu_info"
+
+
+def tree_names(text: str) -> str:
+    """The tree's node names as exported (t1..t64) for the names it was played with (h1..h64)."""
+    return re.sub(r"\bh(\d+)\b", r"t\1", text)
+
+
+def _gpu_info(shift: int) -> Iterator[str]:
+    """clusterhealth_gpu_info of the tree's nodes, eight GPUs each, with the rack-scale labels."""
+    start, end = (LAST - 20 + shift) * PERIOD, (LAST + 1 + shift) * PERIOD
+    for i, node in enumerate(tree_names(n) for n in TREE):
+        chassis = f"rack-{i // 16 + 1}"
+        for gpu in range(8):
+            target = f'instance="{node}:9845",job="clusterhealth"'
+            labels = (
+                f'chassis_serial="{chassis}",gpu="{gpu}",name="NVIDIA GB200",slot="{i % 16}",'
+                f'tray="{i % 16}",uuid="GPU-{node}-{gpu}"'
+            )
+            t = start + 7
+            while t < end:
+                yield f"{GPU_INFO}{{{target},{labels}}} 1 {t:.3f}"
+                t += SCRAPE
 
 
 JOB_INFO = "clusterhealth_gpu_job_info"

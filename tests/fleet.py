@@ -99,6 +99,8 @@ def _pairwise_group(ports: tuple[int, int]) -> dict[str, Any]:
     return {
         "name": "pairs",
         "members": PAIRWISE_MEMBERS,
+        # Each on a leaf of its own, as a members file places them (the Fabric dashboard's leaves).
+        "placement": {node: {"leaf": f"leaf-{node}"} for node in PAIRWISE_MEMBERS},
         "period_seconds": PAIRWISE_PERIOD,
         "port": ports[0],
         "confirm_port": ports[1],

@@ -418,8 +418,34 @@ def _grouping_to_matrix(tables: list[Table], options: dict[str, Any]) -> list[Ta
     return out
 
 
+def _sort_by(tables: list[Table], options: dict[str, Any]) -> list[Table]:
+    """Grafana's `sortBy` on plain frames: by the FIRST field of `sort` alone (sortDataFrames takes
+    `s[0]`; the others are ignored), a stable sort, so several keys take several transformations,
+    the least significant first."""
+    sort = options.get("sort") or []
+    if not sort:
+        return tables
+    field, desc = sort[0].get("field"), bool(sort[0].get("desc"))
+    out = []
+    for t in tables:
+        if field not in t.columns:
+            out.append(t)
+            continue
+        number = t.types[field] in ("number", "time")
+
+        def key(row: dict[str, Any], number: bool = number) -> tuple[int, Any]:
+            value = row.get(field)
+            if value is None:
+                return (1, 0)  # Grafana sorts missing values last
+            return (0, float(value) if number else str(value))
+
+        out.append(Table(t.columns, t.types, sorted(t.rows, key=key, reverse=desc)))
+    return out
+
+
 TRANSFORMATIONS: dict[str, Callable[[list[Table], dict[str, Any]], list[Table]]] = {
     "merge": lambda tables, _: _merge(tables),
+    "sortBy": _sort_by,
     "organize": _organize,
     "groupingToMatrix": _grouping_to_matrix,
 }

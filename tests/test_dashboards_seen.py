@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from .dashboard_fleet import PAIRS_BAD_HOST, SLURM_JOB, DashboardFleet, running
+from .dashboard_fleet import PAIRS_BAD_HOST, PAIRS_LEAVES, SLURM_JOB, DashboardFleet, running
 from .grafana import Context, Series, Shown, TimeRange, panels, show, variable_options
 from .mixin import ROOT
 
@@ -436,6 +436,25 @@ FABRIC: dict[str, Purpose] = {
             > 10 * max(x.last() for x in s.series if not x.name.startswith(PAIRS_BAD_HOST))
         ),
     ),
+    "Bandwidth ratio by leaf": Purpose(
+        "h3's leaf below the others, which hold at the reference",
+        lambda s, n: (
+            len(s.series) == len(set(PAIRS_LEAVES.values()))
+            and last(s, f"{PAIRS_LEAVES[PAIRS_BAD_HOST]} pairs") < 0.85
+            and all(
+                x.last() > 0.9 for x in s.series if not x.name.startswith(f"{PAIRS_LEAVES[PAIRS_BAD_HOST]} ")
+            )
+        ),
+    ),
+    "Where each node sits": Purpose(
+        "every node of the group on its leaf, one row a node, in the order of their places",
+        lambda s, n: (
+            one_row_each(s, "instance")
+            and {(r["instance"].split(":")[0], r["leaf"]) for r in s.rows()} == set(PAIRS_LEAVES.items())
+            and [(r["leaf"], r["instance"]) for r in s.rows()]
+            == sorted((r["leaf"], r["instance"]) for r in s.rows())
+        ),
+    ),
     "Probe success": Purpose(
         "the faulty node's nccl-local failing its expectation, the healthy node's passing",
         lambda s, n: last(s, f"{n.faulty} nccl-local") == 0 and last(s, f"{n.healthy} nccl-local") == 1,
@@ -741,7 +760,19 @@ def _(panel: dict[str, Any]) -> None:
 )
 def _(panel: dict[str, Any]) -> None:
     for target in panel["targets"]:
-        target["expr"] = target["expr"].removeprefix("max by (instance, probe) (").removesuffix(")")
+        if target["expr"].startswith("max by (instance, probe) ("):
+            target["expr"] = target["expr"].removeprefix("max by (instance, probe) (").removesuffix(")")
+
+
+@broken(
+    "clusterhealth-fabric.json",
+    "Where each node sits",
+    "one sortBy given every key (Grafana sorts by the first alone: pod, empty here)",
+)
+def _(panel: dict[str, Any]) -> None:
+    keys = [t["options"]["sort"][0] for t in panel["transformations"] if t["id"] == "sortBy"]
+    others = [t for t in panel["transformations"] if t["id"] != "sortBy"]
+    panel["transformations"] = [*others, {"id": "sortBy", "options": {"sort": keys[::-1]}}]
 
 
 @broken(

@@ -833,3 +833,256 @@ def test_suspects_are_ranked_by_the_gpu_hours_they_cost() -> None:
     meetings = _run_meetings(n, healthy, faulty, **kw)  # type: ignore[arg-type]
     ranked = analyze("fabric", meetings, window_seconds=(healthy + faulty) * PERIOD, jobs=jobs)
     assert [s.name for s in ranked.suspects] == ["h3", "h10<->h20"]
+
+
+# --- leaves and uplinks ---------------------------------------------------------------------------
+#
+# Members placed on leaves, the schedule pairing inside and across them (checks/fabric/schedule.py),
+# the noise of the other simulated groups (1 % short runs, ±5 %, 1 % busy). A fault starts after
+# eight healthy rounds at a random place; analyze runs after every round, as a periodic `analyze`
+# would. The bound (tests/test_fabric_schedule.py): 4 rounds with an even number of leaves, 6 with
+# an odd one.
+
+
+def _tree(
+    leaves: int,
+    size: int,
+    seed: int,
+    *,
+    uplink: bool = False,
+    leaf: bool = False,
+    host: bool = False,
+    path: str | None = None,
+    rounds: int = 8,
+) -> tuple[dict[str, str], dict[str, str], list[Analysis]]:
+    """(node -> leaf, what was degraded, the analysis after each faulty round)."""
+    placed = sim.tree(leaves, size)
+    rng = random.Random(seed)
+    fleet = sim.Fleet(list(placed), leaves=placed, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(seed))
+    start = 1000 + rng.randrange(2)  # a fault that starts inside the leaves, or across them
+    played = [group.play(r) for r in range(start, start + 8)]
+    names = [f"leaf{i + 1}" for i in range(leaves)]
+    up, down = rng.sample(names, 2)
+    faults: dict[str, str] = {}
+    if uplink:
+        fleet.bad_uplinks[up] = 0.5
+        faults["uplink"] = up
+    if leaf:
+        fleet.bad_leaves[down] = 0.5
+        faults["leaf"] = down
+    elsewhere = [n for n, at in placed.items() if at not in (up, down)]
+    if host:
+        faults["host"] = rng.choice(elsewhere)
+        fleet.bad_hosts[faults["host"]] = 0.5
+    if path is not None:
+        # Two nodes away from the faulty leaves that meet within the faulty rounds, inside one leaf
+        # or across two.
+        first = start + 8
+        pairs = [
+            p
+            for r in range(first, first + rounds - 2)
+            for p in group.schedule.matching(r).pairs
+            if {p.server, p.client} <= set(elsewhere) - {faults.get("host")}
+            and (placed[p.server] == placed[p.client]) == (path == "inside")
+        ]
+        chosen = pairs[0]
+        fleet.bad_paths[sim.path(chosen.server, chosen.client)] = 0.5
+        faults["path"] = "<->".join(sorted((chosen.server, chosen.client)))
+    analyses = []
+    for r in range(start + 8, start + 8 + rounds):
+        played.append(group.play(r))
+        meetings = merge(sim.reports(played, PERIOD))
+        analyses.append(analyze("fabric", meetings, window_seconds=len(played) * PERIOD, leaves=placed))
+    return placed, faults, analyses
+
+
+def _first_named(analyses: list[Analysis], kind: str, name: str) -> int | None:
+    return next((k + 1 for k, a in enumerate(analyses) if (kind, name) in _names(a.suspects)), None)
+
+
+@pytest.mark.parametrize(("leaves", "size", "bound"), [(4, 4, 4), (5, 4, 6), (8, 4, 4), (16, 8, 4)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_bad_uplink_is_named_as_its_leafs_uplink_within_the_bound(
+    leaves: int, size: int, bound: int, seed: int
+) -> None:
+    placed, faults, analyses = _tree(leaves, size, seed, uplink=True)
+    up = faults["uplink"]
+    found = _first_named(analyses, "uplink", up)
+    assert found is not None and found <= bound, [_names(a.suspects) for a in analyses]
+    # One verdict per incident, at every round: never its hosts, never the paths across it.
+    assert all(_names(a.suspects) <= {("uplink", up)} for a in analyses), [
+        _names(a.suspects) for a in analyses
+    ]
+    (named,) = analyses[-1].suspects
+    assert list(named.hosts) == [n for n, at in placed.items() if at == up]
+    e = named.evidence
+    assert e["leaf"] == up and e["inside"]["fine"] > 4 * e["inside"]["short"], "fine inside but for noise"
+    assert sum(x["clean"] for x in e["short_with"]) >= 2
+    assert 0.45 <= e["median_ratio"] <= 0.55 and e["ongoing"]
+    assert analyses[-1].leaves[up] == list(named.hosts)
+
+
+@pytest.mark.parametrize(("leaves", "size", "bound"), [(4, 4, 4), (5, 4, 6), (8, 4, 4), (16, 8, 4)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_bad_leaf_is_named_as_the_leaf_within_the_bound(
+    leaves: int, size: int, bound: int, seed: int
+) -> None:
+    _, faults, analyses = _tree(leaves, size, seed, leaf=True)
+    down = faults["leaf"]
+    found = _first_named(analyses, "leaf", down)
+    assert found is not None and found <= bound, [_names(a.suspects) for a in analyses]
+    assert all(_names(a.suspects) <= {("leaf", down)} for a in analyses), [
+        _names(a.suspects) for a in analyses
+    ]
+    (named,) = analyses[-1].suspects
+    assert named.evidence["inside"]["short"] > named.evidence["inside"]["fine"]
+    assert all(n not in {h for s in analyses[-1].unconfirmed for h in s.hosts} for n in named.hosts), (
+        "its members' meetings are its evidence, not hosts or paths waiting"
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_four_faults_in_the_tree_are_each_named_as_their_kind(seed: int) -> None:
+    # A bad uplink, a bad leaf, a bad host and a bad path inside a leaf at once, in 8 leaves of 4:
+    # each named as what it is, nothing else.
+    _, faults, analyses = _tree(8, 4, seed, uplink=True, leaf=True, host=True, path="inside", rounds=10)
+    expected = {(kind, name) for kind, name in faults.items()}
+    assert _names(analyses[-1].suspects) == expected, _names(analyses[-1].suspects)
+    for kind, name in expected:
+        assert all((kind, name) in _names(a.suspects) for a in analyses[5:]), (
+            f"{kind} {name} named from the sixth round on"
+        )
+    assert all(_names(a.suspects) <= expected for a in analyses), [_names(a.suspects) for a in analyses]
+
+
+def test_a_path_across_two_leaves_is_a_path_and_a_host_inside_a_leaf_a_host() -> None:
+    _, faults, analyses = _tree(8, 4, 5, host=True, path="across", rounds=10)
+    assert _names(analyses[-1].suspects) == {("host", faults["host"]), ("path", faults["path"])}
+
+
+@pytest.mark.parametrize(("leaves", "size"), [(8, 8), (5, 3)])
+def test_a_healthy_tree_has_no_suspect(leaves: int, size: int) -> None:
+    placed = sim.tree(leaves, size)
+    rounds = sim.play(sim.Fleet(list(placed), leaves=placed), 200, 96, seed=9)
+    result = analyze("fabric", merge(sim.reports(rounds, PERIOD)), window_seconds=96 * PERIOD, leaves=placed)
+    assert result.suspects == [] and not [s for s in result.unconfirmed if s.kind in ("leaf", "uplink")]
+
+
+def test_without_placement_a_bad_uplink_is_what_it_was_before() -> None:
+    # The same data judged without the places: no leaf, no uplink (the members look like hosts or
+    # nothing, as before the tree was known).
+    placed = sim.tree(8, 4)
+    fleet = sim.Fleet(list(placed), leaves=placed, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(1))
+    played = [group.play(r) for r in range(500, 508)]
+    fleet.bad_uplinks["leaf3"] = 0.5
+    played += [group.play(r) for r in range(508, 516)]
+    meetings = merge(sim.reports(played, PERIOD))
+    blind = analyze("fabric", meetings, window_seconds=16 * PERIOD)
+    assert not {s.kind for s in (*blind.suspects, *blind.unconfirmed)} & {"leaf", "uplink"}
+    assert blind.leaves == {}
+    # Known for some nodes only: the leaves that are known still tell.
+    partly = {n: at for n, at in placed.items() if at != "leaf8"}
+    seen = analyze("fabric", merge(sim.reports(played, PERIOD)), window_seconds=16 * PERIOD, leaves=partly)
+    assert _names(seen.suspects) == {("uplink", "leaf3")}
+
+
+def test_two_leaves_cannot_tell_whose_uplink() -> None:
+    # Every meeting across crosses both uplinks: neither leaf is named, and nobody else.
+    placed = sim.tree(2, 6)
+    fleet = sim.Fleet(list(placed), leaves=placed, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(2))
+    played = [group.play(r) for r in range(300, 308)]
+    fleet.bad_uplinks["leaf1"] = 0.5
+    played += [group.play(r) for r in range(308, 320)]
+    result = analyze("fabric", merge(sim.reports(played, PERIOD)), window_seconds=20 * PERIOD, leaves=placed)
+    assert result.suspects == []
+
+
+def _placed_meeting(r: int, a: str, b: str, gbit: float) -> Meeting:
+    return _meeting(r, a, b, gbit)
+
+
+def test_the_uplink_rule_on_a_hand_made_table() -> None:
+    # Leaves A (a1, a2), B (b1, b2), C (c1, c2). Rounds 1-2 healthy; from round 3 everything that
+    # crosses A's uplink runs at half: A meets B in round 3, itself in 4, C in 5.
+    leaves = {"a1": "A", "a2": "A", "b1": "B", "b2": "B", "c1": "C", "c2": "C"}
+    m = _placed_meeting
+    healthy = [
+        m(1, "a1", "b1", 10), m(1, "a2", "b2", 10), m(1, "c1", "c2", 10),
+        m(2, "a1", "c1", 10), m(2, "a2", "c2", 10), m(2, "b1", "b2", 10),
+    ]  # fmt: skip
+    faulty = [
+        m(3, "a1", "b2", 5), m(3, "a2", "b1", 5), m(3, "c1", "c2", 10),
+        m(4, "a1", "a2", 10), m(4, "b1", "c1", 10), m(4, "b2", "c2", 10),
+        m(5, "a1", "c2", 5), m(5, "a2", "c1", 5), m(5, "b1", "b2", 10),
+    ]  # fmt: skip
+    result = analyze("fabric", healthy + faulty, window_seconds=5 * PERIOD, leaves=leaves)
+    assert _names(result.suspects) == {("uplink", "A")}
+    (uplink,) = result.suspects
+    assert uplink.hosts == ("a1", "a2") and uplink.ratio == pytest.approx(0.5, abs=0.01)
+    e = uplink.evidence
+    assert [(x["leaf"], x["meetings"], x["clean"]) for x in e["short_with"]] == [
+        ("B", 2, True),
+        ("C", 2, True),
+    ]
+    assert e["inside"] == {"fine": 1, "short": 0, "median_ratio": 1.0} and e["rounds"] == [3, 5]
+    # Round 4 inside A short too: the leaf itself.
+    leafy = [x if x.round != 4 or {x.a, x.b} != {"a1", "a2"} else m(4, "a1", "a2", 5) for x in faulty]
+    assert _names(analyze("fabric", healthy + leafy, window_seconds=5 * PERIOD, leaves=leaves).suspects) == {
+        ("leaf", "A")
+    }
+    # Only one other leaf met so far: waiting, not named; and what it would explain waits with it.
+    early = analyze("fabric", healthy + faulty[:6], window_seconds=4 * PERIOD, leaves=leaves)
+    assert early.suspects == []
+    (waiting,) = [s for s in early.unconfirmed if s.kind == "uplink"]
+    assert "1 clean other leaf" in waiting.evidence["why_unconfirmed"]
+    # B's uplink bad as well: the meetings with B say nothing about A (B is not clean), C does.
+    both = [*faulty, m(4, "b1", "c1", 5), m(4, "b2", "c2", 5)]
+    both = [x for x in both if not (x.round == 4 and x.bandwidth == 10 * GBIT and "b" in x.a + x.b)]
+    assert ("uplink", "B") not in _names(
+        analyze("fabric", healthy + both, window_seconds=5 * PERIOD, leaves=leaves).suspects
+    )
+
+
+def test_an_uplink_is_priced_for_the_jobs_on_its_leaf() -> None:
+    _, faults, analyses = _tree(8, 4, 1, uplink=True)
+    (named,) = analyses[-1].suspects
+    r = named.ratio
+    assert named.impact is not None and named.impact.bandwidth_ratio == pytest.approx(r)
+    assert named.impact.allreduce_slowdown == pytest.approx(1 / r)
+    placed = sim.tree(8, 4)
+    members = [n for n, at in placed.items() if at == faults["uplink"]]
+    jobs = {
+        members[0]: [Job("slurm", "41", "", "", gpus=16)],
+        members[2]: [Job("slurm", "42", "", "", gpus=8)],
+    }
+    fleet = sim.Fleet(list(placed), leaves=placed, nominal=10 * GBIT)
+    group = sim.Group(fleet, random.Random(1))
+    played = [group.play(r) for r in range(700, 708)]
+    fleet.bad_uplinks[faults["uplink"]] = 0.5
+    played += [group.play(r) for r in range(708, 716)]
+    priced = analyze(
+        "fabric", merge(sim.reports(played, PERIOD)), window_seconds=16 * PERIOD, leaves=placed, jobs=jobs
+    )
+    (uplink,) = priced.suspects
+    assert uplink.impact is not None and [job.job for job, _, _ in uplink.impact.jobs] == ["41", "42"]
+
+
+def test_the_table_and_the_json_of_a_leaf_and_an_uplink() -> None:
+    _, faults, analyses = _tree(8, 4, 3, uplink=True, leaf=True, rounds=8)
+    result = analyses[-1]
+    table = render_table(result)
+    rows = {line.split()[0]: line for line in table.splitlines() if line.startswith("leaf")}
+    up, down = faults["uplink"], faults["leaf"]
+    assert rows[up].split()[1] == "uplink" and "4 hosts (" in rows[up] and "fine inside (" in rows[up]
+    assert "short across with leaf" in rows[up]
+    assert rows[down].split()[1] == "leaf" and "short inside (" in rows[down]
+    document = result.to_dict()
+    kinds = {s["kind"]: s for s in document["suspects"]}
+    assert kinds["uplink"]["suspect"] == up and kinds["uplink"]["hosts"] == result.leaves[up]
+    assert set(document["leaves"]) == {f"leaf{i}" for i in range(1, 9)}
+    assert {"leaf", "short_with", "inside", "members_short", "meetings", "rounds", "median_ratio"} <= set(
+        kinds["leaf"]["evidence"]
+    )

@@ -7,6 +7,10 @@ federated copies or some remote stores): an evaluated range query would show a p
 again beside the next round's number, one meeting counted twice. `analyze` reads samples as
 scraped, so every meeting counts once.
 
+Two groups are trees (8 leaves of 8, their members placed): a bad uplink and a host, a bad leaf and
+a path inside another leaf, each named as its kind as in-process, with the places (and the NVLink
+domains of `clusterhealth_gpu_info`) read back.
+
 Beside the groups, `clusterhealth_gpu_job_info` names the jobs on the nodes of one of them, as
 Prometheus stores it (the workload's `job` as `exported_job`, empty labels absent), so that each
 suspect's `impact` is priced for those jobs; `clusterhealth model --prometheus` reads the same
@@ -33,8 +37,10 @@ from pathlib import Path
 
 import pytest
 
+from clusterhealth.checks.fabric import analysis, topology
 from clusterhealth.checks.fabric import simulation as sim
 from clusterhealth.checks.fabric.schedule import RoundTiming
+from clusterhealth.checks.fabric.topology import Placement
 from clusterhealth.fleet import analyze as analyzing
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, Prometheus
@@ -47,10 +53,13 @@ from tests.fabric_store import (
     PERIOD,
     PLAYED,
     SHIFT,
+    TREE,
+    TREE_PATH,
     N,
     Servers,
     free_port,
     tool,
+    tree_names,
 )
 
 
@@ -245,6 +254,56 @@ def test_the_same_noise_with_a_bad_host_and_a_confirmed_path_names_exactly_those
     host = next(s for s in result["suspects"] if s["kind"] == "host")
     assert 0.45 <= host["evidence"]["median_ratio"] <= 0.55
     assert result["fleet"]["slowdown"] is False
+
+
+def _in_process(probe: str) -> set[tuple[str, str]]:
+    """The verdict on a group's played rounds, analysed without Prometheus (by exported names)."""
+    meetings = analysis.merge(sim.reports(PLAYED[probe], PERIOD))
+    judged = analysis.analyze(probe, meetings, window_seconds=COUNT * PERIOD, leaves=TREE)
+    return {(s.kind, tree_names(s.name)) for s in judged.suspects}
+
+
+def test_a_bad_uplink_and_a_bad_host_in_the_tree_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeuplink")
+    assert code == 1
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("uplink", "leaf3"), ("host", "t45")} == _in_process("treeuplink")
+    assert _unconfirmed_singles(PLAYED["treeuplink"]) >= 5, "the store's lookback would make paths of them"
+    assert result["meetings"] == _played("treeuplink")
+    uplink = next(s for s in result["suspects"] if s["kind"] == "uplink")
+    assert uplink["hosts"] == [f"t{i}" for i in range(17, 25)] == result["leaves"]["leaf3"]
+    assert set(result["leaves"]) == {f"leaf{i}" for i in range(1, 9)}
+    evidence = uplink["evidence"]
+    assert 0.45 <= evidence["median_ratio"] <= 0.55 and evidence["ongoing"]
+    assert evidence["inside"]["fine"] > evidence["inside"]["short"]
+    assert 0.45 <= uplink["impact"]["bandwidth_ratio"] <= 0.55
+    table = _analyze("--prometheus", prometheus, "--probe", "treeuplink", "--window", "2h").stdout
+    row = next(line for line in table.splitlines() if line.startswith("leaf3 "))
+    assert row.split()[1] == "uplink" and "8 hosts (t17, t18, ...): fine inside" in row
+
+
+def test_a_bad_leaf_and_a_path_inside_another_leaf_are_named_as_such(prometheus: str) -> None:
+    code, result = _json(prometheus, "treeleaf")
+    assert code == 1
+    path = "<->".join(sorted(tree_names(n) for n in TREE_PATH[0]))
+    named = {(s["kind"], s["suspect"]) for s in result["suspects"]}
+    assert named == {("leaf", "leaf5"), ("path", path)} == _in_process("treeleaf")
+    leaf = next(s for s in result["suspects"] if s["kind"] == "leaf")
+    assert leaf["evidence"]["inside"]["short"] > leaf["evidence"]["inside"]["fine"]
+
+
+def test_the_places_are_read_back_with_the_nvlink_domain(prometheus: str) -> None:
+    history = pairwise.read_history(Prometheus(prometheus), "treeuplink", 7200)
+    assert history.placement["t1"] == Placement(leaf="leaf1", nvlink_domain="rack-1")
+    assert history.placement["t64"] == Placement(leaf="leaf8", nvlink_domain="rack-4")
+    assert len(history.placement) == 64
+    order = topology.ordered(sorted(history.nodes), history.placement)
+    assert order[:9] == [f"t{i}" for i in range(1, 10)], "by leaf, then t2 before t10"
+    # As the report groups them: (leaf,) per node.
+    assert topology.outermost_first(history.placement)["t9"] == ("leaf2",)
+    # A group without places: none read, nothing by leaf.
+    flat = pairwise.read_history(Prometheus(prometheus), "noise", 7200)
+    assert flat.placement == {} and pairwise.judge(flat).leaves == {}
 
 
 def test_an_answer_with_warnings_gives_no_confident_verdict(servers: Servers) -> None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterhealth.checks.fabric.members import parse_members
+from clusterhealth.checks.fabric import topology
+from clusterhealth.checks.fabric.members import parse_inventory, parse_members
 from clusterhealth.checks.fabric.schedule import (
     CONFIRM_ATTEMPTS,
     MembershipError,
@@ -22,6 +23,7 @@ from clusterhealth.checks.fabric.schedule import (
     regular,
     round_at,
 )
+from clusterhealth.checks.fabric.topology import Placement
 
 names = st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True), min_size=2, max_size=40, unique=True)
 seeds = st.text(min_size=0, max_size=12)
@@ -280,3 +282,229 @@ def test_members_file_reads_names_and_addresses() -> None:
 def test_members_file_problems_are_named(text: str, message: str) -> None:
     with pytest.raises(MembershipError, match=message):
         parse_members(text)
+
+
+# --- by leaf ------------------------------------------------------------------------------------
+#
+# Members placed on leaves (the members file's `leaf`): rounds alternate inside the leaves and
+# across them. The bound, for M leaves (M ≥ 3) and any leaf sizes: in any 2 consecutive rounds a
+# leaf of two or more members has meetings inside itself; in any 2j consecutive rounds (j < M,
+# counting M + 1 when M is odd) its members meet members of at least j other leaves, j − 1 when M
+# is odd (a circle over an odd number of leaves leaves one out each round); every pair meets in
+# any `cycle` = 2 × (largest leaf) × (M − 1, M when odd) consecutive rounds.
+
+
+@st.composite
+def placed(draw: st.DrawFn) -> tuple[list[str], dict[str, str]]:
+    """Members spread over 2 to 9 leaves of any sizes (one member or more each)."""
+    members = draw(names)
+    count = draw(st.integers(min_value=2, max_value=min(9, len(members))))
+    # Every leaf gets one member, then the rest go anywhere: leaves of 1 to 40 members.
+    spread = draw(st.lists(st.integers(0, count - 1), min_size=len(members), max_size=len(members)))
+    leaves = {m: f"leaf-{i if i < count else spread[i]}" for i, m in enumerate(members)}
+    return members, leaves
+
+
+@given(placed(), seeds, rounds)
+def test_by_leaf_every_round_is_a_perfect_matching(
+    group: tuple[list[str], dict[str, str]], seed: str, r: int
+) -> None:
+    members, leaves = group
+    schedule = Schedule(members, seed, leaves)
+    assert schedule.by_leaf
+    matching = schedule.matching(r)
+    met = [n for p in matching.pairs for n in (p.server, p.client)]
+    assert len(met) == len(set(met)), "a member meets twice in one round"
+    left = set(members) - set(met)
+    assert left == (set() if len(members) % 2 == 0 else {matching.sitting_out})
+    for pair in matching.pairs:
+        assert schedule.partner(pair.server, r) == pair == schedule.partner(pair.client, r)
+        if Schedule.inside_leaves(r) and len(schedule.leaves[leaves[pair.server]]) % 2 == 0:
+            assert leaves[pair.server] == leaves[pair.client], "leaves of even size pair inside"
+
+
+@given(placed(), seeds, rounds)
+@settings(max_examples=40, deadline=None)
+def test_by_leaf_every_pair_meets_within_a_cycle(
+    group: tuple[list[str], dict[str, str]], seed: str, start: int
+) -> None:
+    members, leaves = group
+    schedule = Schedule(members, seed, leaves)
+    count = len(set(leaves.values()))
+    largest = max(list(leaves.values()).count(leaf) for leaf in set(leaves.values()))
+    assert schedule.cycle == 2 * largest * (count - 1 if count % 2 == 0 else count)
+    met = {
+        frozenset((p.server, p.client))
+        for r in range(start, start + schedule.cycle)
+        for p in schedule.matching(r).pairs
+    }
+    assert len(met) == len(members) * (len(members) - 1) // 2
+
+
+@given(placed(), seeds, rounds, st.integers(min_value=1, max_value=4))
+@settings(deadline=None)
+def test_by_leaf_each_leaf_meets_itself_and_other_leaves_within_the_bound(
+    group: tuple[list[str], dict[str, str]], seed: str, start: int, j: int
+) -> None:
+    members, leaves = group
+    schedule = Schedule(members, seed, leaves)
+    count = len(set(leaves.values()))
+    j = min(j, count - 1 if count % 2 == 0 else count)
+    window = range(start, start + 2 * j)
+    inside: dict[str, int] = {}
+    across: dict[str, set[str]] = {leaf: set() for leaf in set(leaves.values())}
+    for r in window:
+        for p in schedule.matching(r).pairs:
+            a, b = leaves[p.server], leaves[p.client]
+            if a == b:
+                inside[a] = inside.get(a, 0) + 1
+            else:
+                across[a].add(b)
+                across[b].add(a)
+    for leaf, nodes in schedule.leaves.items():
+        if len(nodes) >= 2:
+            assert inside.get(leaf, 0) >= j, f"{leaf}: a meeting inside in each of {j} rounds of {2 * j}"
+        assert len(across[leaf]) >= (j if count % 2 == 0 else j - 1), (leaf, across[leaf])
+
+
+@given(placed(), seeds, rounds, st.randoms(use_true_random=False))
+def test_by_leaf_every_member_computes_the_same_matching(
+    group: tuple[list[str], dict[str, str]], seed: str, r: int, rnd: object
+) -> None:
+    members, leaves = group
+    reference = Schedule(members, seed, leaves).matching(r)
+    expected = {p.server: p for p in reference.pairs} | {p.client: p for p in reference.pairs}
+    for node in members[:6]:
+        shuffled = list(members)
+        rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+        reordered = dict(sorted(leaves.items(), key=lambda kv: shuffled.index(kv[0])))
+        assert Schedule(shuffled, seed, reordered).partner(node, r) == expected.get(node)
+
+
+@given(st.integers(min_value=1, max_value=4), st.integers(min_value=1, max_value=4), seeds, rounds)
+@settings(deadline=None)
+def test_by_leaf_a_pair_is_measured_in_the_other_direction_at_its_next_meeting(
+    half: int, pairs: int, seed: str, r: int
+) -> None:
+    # Leaves of one even size, an even number of them: nobody is left over, so every pair meets on
+    # its own turn (inside a leaf, or across when its two leaves are paired).
+    size = 2 * pairs
+    leaves = {f"n{i}": f"leaf{i // size}" for i in range(2 * half * size)}
+    schedule = Schedule(leaves, seed, leaves)
+    for pair in schedule.matching(r).pairs:
+        later = next(
+            p
+            for t in range(r + 1, r + schedule.cycle + 1)
+            if (p := schedule.partner(pair.server, t)) is not None and p.other(pair.server) == pair.client
+        )
+        assert later.server == pair.client, "same direction at two meetings running"
+
+
+def test_by_leaf_only_when_every_member_has_a_leaf_and_there_are_two() -> None:
+    members = [f"h{i}" for i in range(8)]
+    flat = Schedule(members, "g")
+    assert not flat.by_leaf
+    for leaves in ({m: "leaf1" for m in members}, {m: "leaf1" for m in members[:6]}, {}):
+        schedule = Schedule(members, "g", leaves)
+        assert not schedule.by_leaf
+        assert [schedule.matching(r) for r in range(9)] == [flat.matching(r) for r in range(9)]
+    assert Schedule(members, "g", {m: f"leaf{i % 2}" for i, m in enumerate(members)}).by_leaf
+
+
+def test_by_leaf_a_leaf_of_32_meets_itself_every_other_round_where_the_flat_circle_rarely_does() -> None:
+    # The case of the issue: 4,096 nodes on 128 leaves of 32.
+    members = [f"h{i}" for i in range(4096)]
+    leaves = {m: f"leaf{i // 32}" for i, m in enumerate(members)}
+    by_leaf, flat = Schedule(members, "fabric", leaves), Schedule(members, "fabric")
+
+    def inside(schedule: Schedule, r: int) -> int:
+        return sum(leaves[p.server] == leaves[p.client] == "leaf7" for p in schedule.matching(r).pairs)
+
+    assert [inside(by_leaf, r) for r in range(10, 14)] == [16, 0, 16, 0]
+    assert sum(inside(flat, r) for r in range(10, 30)) <= 6, "about one in ten rounds"
+    across = {
+        leaves[p.other(n)]
+        for r in (11, 13, 15)
+        for n in by_leaf.leaves["leaf7"]
+        if (p := by_leaf.partner(n, r))
+    }
+    assert len(across - {"leaf7"}) == 3, "a different leaf in each round across"
+
+
+def test_by_leaf_a_short_meeting_across_is_confirmed_once_the_end_was_fine_across() -> None:
+    # Short across in round r: fine inside the leaf in r + 1 says nothing about the end's uplink,
+    # which a second shortfall would then show; fine across in r + 2 does, and the pair replays.
+    leaves = {f"h{i}": f"leaf{i // 4}" for i in range(16)}
+    schedule = Schedule(leaves, "g", leaves)
+    r = 41  # across
+    pair = schedule.partner("h0", r)
+    assert pair is not None and schedule.across("h0", pair.other("h0"))
+    history = _history(schedule, "h0", {r: True, r + 1: False, r + 2: False})
+    assert not schedule.across("h0", history[r + 1].partner or "") and schedule.across(
+        "h0", history[r + 2].partner or ""
+    )
+    assert confirming(schedule, "h0", r + 1, history) is None
+    plan = confirming(schedule, "h0", r + 2, history)
+    assert plan is not None and plan.partner == pair.other("h0") and plan.why == f"confirms round {r}"
+    # Short inside the leaf: confirmed as soon as the end was fine, here across, in r + 1.
+    inside = _history(schedule, "h0", {r - 1: True, r: False})
+    assert not schedule.across("h0", inside[r - 1].partner or "")
+    assert confirming(schedule, "h0", r, inside) is not None
+    # A flat group confirms in the next round whatever the leaves.
+    flat = Schedule(leaves, "g")
+    assert confirming(flat, "h0", r + 1, _history(flat, "h0", {r: True, r + 1: False})) is not None
+
+
+# --- places ---------------------------------------------------------------------------------------
+
+
+def test_the_members_file_gives_each_node_its_place_or_its_address_alone() -> None:
+    inventory = parse_inventory(
+        "gpu-1: {address: 10.1.0.1, leaf: su1-leaf3, pod: su1, rail: 0}\n"
+        "gpu-2:\n  address: 10.1.0.2\n  leaf: su1-leaf4\n  spine: plane-a\n"
+        "gpu-3: 10.1.0.3\n"
+    )
+    assert inventory.addresses == {"gpu-1": "10.1.0.1", "gpu-2": "10.1.0.2", "gpu-3": "10.1.0.3"}
+    assert inventory.placement == {
+        "gpu-1": Placement(leaf="su1-leaf3", pod="su1", rail="0"),
+        "gpu-2": Placement(leaf="su1-leaf4", spine="plane-a"),
+    }
+    assert parse_members("gpu-1: {address: 10.1.0.1, leaf: l1}\n") == {"gpu-1": "10.1.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "a: 10.0.0.1\nb: {address: 10.0.0.2, lef: l1}\n",
+            "line 2: member b: expected the keys address, leaf",
+        ),
+        ("a: {address: 10.0.0.1, leaf: [l1]}\n", "line 1: member a: leaf: expected a name"),
+        ("a: {address: 10.0.0.1, rail: true}\n", "line 1: member a: rail: expected a name"),
+        ("a: {leaf: l1}\n", "line 1: member a: expected an IP address or a host name, got None"),
+        ("a: {address: 10.0.0.1, leaf: l1, leaf: l2}\n", "listed twice"),
+    ],
+)
+def test_a_bad_place_is_named_with_its_line(text: str, message: str) -> None:
+    with pytest.raises(MembershipError, match=message):
+        parse_inventory(text)
+
+
+def test_nodes_in_fabric_order_by_pod_spine_leaf_nvlink_domain_then_name() -> None:
+    places = {
+        "h10": Placement(leaf="leaf-2"),
+        "h2": Placement(leaf="leaf-10"),
+        "h9": Placement(leaf="leaf-2", nvlink_domain="rack-1"),
+        "h1": Placement(leaf="leaf-2"),
+        "h3": Placement(pod="su0", leaf="leaf-9"),
+        "h4": Placement(nvlink_domain="rack-1"),
+    }
+    nodes = ["h10", "h2", "h9", "h1", "h3", "h4", "h0"]
+    assert topology.ordered(nodes, places) == ["h3", "h9", "h1", "h10", "h2", "h4", "h0"]
+    assert topology.ordered(nodes) == ["h0", "h1", "h2", "h3", "h4", "h9", "h10"]
+    assert topology.leaves(places) == {"leaf-2": ["h1", "h9", "h10"], "leaf-9": ["h3"], "leaf-10": ["h2"]}
+    assert topology.leaves(places, ["h1", "h2", "h0"]) == {"leaf-2": ["h1"], "leaf-10": ["h2"]}
+    assert topology.leaf_of(places, "h3") == "leaf-9" and topology.leaf_of(places, "h0") is None
+    assert topology.leaf_of(None, "h3") is None
+    labels = {"probe": "fabric", "leaf": "l1", "spine": "", "pod": "p", "rail": ""}
+    assert topology.placement(labels) == Placement(leaf="l1", pod="p")

@@ -173,10 +173,15 @@ def faulty_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 # A pairwise group with one meeting recorded in the current round (a day long, so that the round
-# cannot end between recording and scraping but once a day), as the agent's rounds record it.
+# cannot end between recording and scraping but once a day), as the agent's rounds record it; its
+# members placed on leaves.
 PAIRWISE = {
     "name": "fabric",
     "members": {"gpu-001": "10.0.0.1", "gpu-002": "10.0.0.2"},
+    "placement": {
+        "gpu-001": {"leaf": "su1-leaf03", "pod": "su1", "rail": "0"},
+        "gpu-002": {"leaf": "su1-leaf04"},
+    },
     "period_seconds": 86400,
     "server_argv": ["iperf3", "-s", "-1", "-p", "{port}", "-J"],
     "client_argv": ["iperf3", "-c", "{peer}", "-p", "{port}", "-J"],

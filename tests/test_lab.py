@@ -2,16 +2,18 @@
 
 Three labs of 8 hosts run side by side (their names and addresses never meet): a degraded host
 (whose Prometheus is restarted across a round's end), a degraded path, nothing degraded, and a
-lab of 4 hosts with a degraded host, read from its table. Each must name exactly its culprit (the
-path as a path, never as one of its hosts; nobody in the healthy lab), a host at half speed with a
-ratio of about 0.5 and no fleet-wide slowdown, priced as such: a bandwidth-bound all-reduce through it
-takes twice as long (the lab's links are slow enough that the stated job's step is all
-communication, so its step takes twice as long too). Meanwhile two more labs check the clean-up: one
-interrupted with Ctrl-C although started with SIGINT ignored (as from a background job), one whose
-Prometheus fails to start. The remediator, in dry-run with `--fabric` over the same Prometheus
-(the lab's `remediate` report), would act on the degraded host alone, priced, and on nothing in the
-others.
-
+lab of 4 hosts with a degraded host, read from its table. Two labs of 16 hosts on 4 leaves joined
+by a spine hold the faults of a tree, placed at random on every run, two faults a lab that do not
+hide each other: a leaf's uplink and a host on another leaf; a whole leaf and a path inside
+another leaf. Each is named as its kind within the schedule's bound (4 rounds on 4 leaves). Each
+must name exactly its culprit (the path as a path, never as one of its hosts; nobody in the healthy
+lab), a host at half speed with a ratio of about 0.5 and no fleet-wide slowdown, priced as such: a
+bandwidth-bound all-reduce through it takes twice as long (the lab's links are slow enough that
+the stated job's step is all communication, so its step takes twice as long too). Meanwhile two
+more labs check the clean-up: one interrupted with Ctrl-C although started with SIGINT ignored (as
+from a background job), one whose Prometheus fails to start. The remediator, in dry-run with
+`--fabric` over the same Prometheus (the lab's `remediate` report), would act on the degraded host
+alone, priced, and on nothing in the others.
 
 Each lab writes the report of its run (`clusterhealth report`'s page) beside its verdict; the
 degraded host's and the healthy lab's are opened in Debian's chromium without network
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -46,6 +49,12 @@ from .conftest import CLUSTERHEALTH, run_cli
 pytestmark = pytest.mark.slow
 
 HOSTS, ROUNDS = 8, 5
+# The tree's labs: 4 leaves of 4 hosts (leaf1: h1-h4, ..., leaf4: h13-h16), faults placed at random.
+PLACE = random.Random()
+UPLINK, LEAF = PLACE.sample([f"leaf{j}" for j in range(1, 5)], 2)
+TREE_HOST = PLACE.choice([f"h{i}" for i in range(1, 17) if f"leaf{(i - 1) // 4 + 1}" != UPLINK])
+TREE = ["--hosts", "16", "--leaves", "4", "--rounds", str(ROUNDS), "--json"]
+BOUND = 4  # rounds: a leaf meets itself every other round, and two other leaves in four (4 leaves)
 
 
 def _needs_root() -> None:
@@ -102,6 +111,13 @@ def labs(reports: Path) -> Iterator[dict[str, Running]]:
         "small": Running(
             _lab("--hosts", "4", "--rounds", str(ROUNDS), "--degrade-host", "h2", cwd=reports),
             time.monotonic(),
+        ),
+        "uplink": Running(
+            _lab(*TREE, "--degrade-uplink", UPLINK, "--degrade-host", TREE_HOST, cwd=reports),
+            time.monotonic(),
+        ),
+        "leaf": Running(
+            _lab(*TREE, "--degrade-leaf", LEAF, "--degrade-path", "first", cwd=reports), time.monotonic()
         ),
     }
     yield started
@@ -316,6 +332,65 @@ def test_a_healthy_lab_has_no_suspect(labs: dict[str, Running], reports: Path, b
         looked.close()
 
 
+def _tree_lab(running: Running) -> tuple[dict[str, Any], dict[tuple[str, str], int | None]]:
+    code, result, err = running.result()
+    assert code == 1, err
+    lab = result["lab"]
+    assert lab["leaves"] == {f"leaf{j}": [f"h{i}" for i in range(4 * j - 3, 4 * j + 1)] for j in range(1, 5)}
+    assert result["leaves"] == lab["leaves"], "analyze read each host's leaf back from Prometheus"
+    # Its report, beside the verdict: the matrix by leaf, the leaf's verdict named.
+    page = Path(lab["report"]).read_text()
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert found is not None
+    assert json.loads(found.group(1))["groups"]["names"] == list(lab["leaves"])
+    return result, {(f["kind"], f["suspect"]): f["named_after_round"] for f in lab["faults"]}
+
+
+def test_a_degraded_uplink_and_a_host_on_another_leaf_are_named_as_such(labs: dict[str, Running]) -> None:
+    result, named = _tree_lab(labs["uplink"])
+    faults = {("uplink", UPLINK), ("host", TREE_HOST)}
+    assert set(named) == faults
+    assert {(s["kind"], s["suspect"]) for s in result["suspects"]} == faults, result["lab"]["history"]
+    assert all(after is not None and after <= BOUND for after in named.values()), (
+        named,
+        result["lab"]["history"],
+    )
+    # One verdict per incident, after every round: never the uplink's hosts, never a path across it.
+    for entry in result["lab"]["history"]:
+        assert {(s["kind"], s["suspect"]) for s in entry.get("suspects", [])} <= faults, entry
+    uplink = next(s for s in result["suspects"] if s["kind"] == "uplink")
+    assert uplink["hosts"] == result["lab"]["leaves"][UPLINK]
+    assert uplink["evidence"]["inside"]["fine"] > 0 == uplink["evidence"]["inside"]["short"]
+    assert uplink["evidence"]["median_ratio"] <= 0.55, "each meeting across it shares half a link"
+    host = next(s for s in result["suspects"] if s["kind"] == "host")
+    assert 0.45 <= host["evidence"]["median_ratio"] <= 0.55
+    # The remediator takes the host out, never the uplink's hosts: an uplink is not theirs to fix.
+    assert [o["node"] for o in result["lab"]["remediate"]["would"]] == [TREE_HOST]
+
+
+def test_a_degraded_leaf_and_a_path_inside_another_leaf_are_named_as_such(labs: dict[str, Running]) -> None:
+    result, named = _tree_lab(labs["leaf"])
+    path = next(suspect for kind, suspect in named if kind == "path")
+    a, b = path.split("<->")
+    leaves = result["lab"]["leaves"]
+    assert LEAF not in {leaf for leaf, hosts in leaves.items() if a in hosts or b in hosts}
+    assert [leaf for leaf, hosts in leaves.items() if a in hosts] == [
+        leaf for leaf, hosts in leaves.items() if b in hosts
+    ]
+    faults = {("leaf", LEAF), ("path", path)}
+    assert {(s["kind"], s["suspect"]) for s in result["suspects"]} == faults, result["lab"]["history"]
+    assert all(after is not None and after <= BOUND for after in named.values()), (
+        named,
+        result["lab"]["history"],
+    )
+    for entry in result["lab"]["history"]:
+        assert {(s["kind"], s["suspect"]) for s in entry.get("suspects", [])} <= faults, entry
+    leaf = next(s for s in result["suspects"] if s["kind"] == "leaf")
+    assert leaf["evidence"]["inside"]["short"] > 0 == leaf["evidence"]["inside"]["fine"]
+    assert leaf["hosts"] == leaves[LEAF]
+    assert result["lab"]["remediate"]["would"] == [], "a leaf switch is no host's to drain"
+
+
 def test_bad_arguments_exit_2_before_anything_is_built() -> None:
     assert run_cli("lab", "--hosts", "1").returncode == 2
     done = run_cli("lab", "--hosts", "4", "--degrade-host", "h9")
@@ -333,3 +408,25 @@ def test_bad_arguments_exit_2_before_anything_is_built() -> None:
         assert done.returncode == 2 and "--degrade-factor: expected a fraction" in done.stderr
     assert LabSpec(hosts=8, degrade_path=("h2", "h5")).problem() is None
     assert LabSpec(hosts=8, degrade_host="h2", factor=0.25).problem() is None
+    for args, message in (
+        (["--leaves", "9"], "--leaves: expected 1 to 8"),
+        (["--leaves", "2", "--degrade-uplink", "leaf1"], "--degrade-uplink: expected --leaves of 3 or more"),
+        (["--leaves", "4", "--degrade-leaf", "leaf5"], "--degrade-leaf: expected one of leaf1..leaf4"),
+        (["--leaves", "4", "--degrade-leaf", "leaf2", "--degrade-uplink", "leaf2"], "two different leaves"),
+        (
+            ["--leaves", "4", "--degrade-leaf", "leaf2", "--degrade-host", "h3"],
+            "a host away from the degraded",
+        ),
+        (["--leaves", "4", "--degrade-uplink", "leaf1", "--degrade-path", "h1-h5"], "two hosts away from"),
+    ):
+        done = run_cli("lab", "--hosts", "8", *args)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+    spec = LabSpec(hosts=10, leaves=4, degrade_uplink="leaf2", degrade_host="h9")
+    assert spec.problem() is None
+    assert spec.leaf_map() == {
+        "leaf1": ["h1", "h2", "h3"],
+        "leaf2": ["h4", "h5"],
+        "leaf3": ["h6", "h7", "h8"],
+        "leaf4": ["h9", "h10"],
+    }
+    assert spec.expected_suspects(("h1", "h7")) == [("uplink", "leaf2"), ("host", "h9"), ("path", "h1<->h7")]

@@ -451,6 +451,13 @@ def test_node_name_from_flag_file_environment_or_hostname(tmp_path: Path) -> Non
             "same address 10.0.0.1",
         ),
         ({"members_file": "FILE"}, "pairwise_groups", "members or members_file, not both"),
+        (
+            {"placement": {"z": {"leaf": "l1"}}},
+            "pairwise_groups",
+            "placement for members only (pairwise_groups[0], fabric, places z",
+        ),
+        ({"placement": {"a": {"switch": "s1"}}}, "pairwise_groups[0].placement", "(a has switch)"),
+        ({"placement": {"a": {"leaf": "l 1"}}}, "pairwise_groups[0].placement", "a's leaf is 'l 1'"),
         ({"name": "local"}, "pairwise_groups[0].name", "a name no probe has"),
         ({"server_argv": []}, "pairwise_groups[0].server_argv", "the command and its arguments"),
     ],
@@ -573,7 +580,95 @@ def test_every_family_is_one_family_with_a_probe_and_a_group(tmp_path: Path) -> 
         "peer_success",
         "round",
         "members",
+        "placement",
     }
+
+
+def test_a_placed_member_exports_its_place_from_the_members_file(tmp_path: Path) -> None:
+    # The inventory's export: a node's address alone, or with its place in the fabric.
+    members = tmp_path / "members.yaml"
+    members.write_text(
+        "a: {address: 10.0.0.1, leaf: su1-leaf3, pod: su1, rail: 0}\n"
+        "b: {address: 10.0.0.2, leaf: su1-leaf4}\n"
+        "c: 10.0.0.3\n"
+    )
+    spec = group("fabric", {})
+    del spec["members"]
+    spec["members_file"] = str(members)
+    places = {}
+    for node in ("a", "b", "c"):
+        text = run_cli(
+            "scrape", "--config", str(node_config(tmp_path, node, [spec])), "--kmsg-path", "/dev/null"
+        ).stdout
+        places[node] = [dict(ls) for n, ls in samples(text) if n == "clusterhealth_probe_placement_info"]
+    assert places == {
+        "a": [{"probe": "fabric", "leaf": "su1-leaf3", "spine": "", "pod": "su1", "rail": "0"}],
+        "b": [{"probe": "fabric", "leaf": "su1-leaf4", "spine": "", "pod": "", "rail": ""}],
+        "c": [],
+    }
+    config = configuration.load(node_config(tmp_path, "a", [spec]))
+    assert config.pairwise_groups[0].members == {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
+    # Inline, the same places beside the members.
+    inline = group(
+        "fabric", {"a": "10.0.0.1", "b": "10.0.0.2"}, placement={"a": {"leaf": "l1"}, "b": {"leaf": "l2"}}
+    )
+    text = run_cli(
+        "scrape", "--config", str(node_config(tmp_path, "b", [inline])), "--kmsg-path", "/dev/null"
+    ).stdout
+    assert (
+        value(
+            text, "clusterhealth_probe_placement_info", probe="fabric", leaf="l2", spine="", pod="", rail=""
+        )
+        == 1.0
+    )
+
+
+def test_how_a_group_pairs_is_logged_at_start(
+    tmp_path: Path, agent_process: Callable[..., AgentProcess]
+) -> None:
+    members = tmp_path / "members.yaml"
+    members.write_text(
+        "a: {address: 127.0.0.71, leaf: l1}\nb: {address: 127.0.0.72, leaf: l2}\nc: 127.0.0.73\n"
+    )
+    spec = group("fabric", {}, period_seconds=3600)
+    del spec["members"]
+    spec["members_file"] = str(members)
+    agent = agent_process("--config", str(node_config(tmp_path, "a", [spec])))
+    agent.wait_for(lambda: "pairwise group fabric: 3 members" in agent.log(), what="the start's log line")
+    assert "pairs as one flat group (c without a leaf in the inventory)" in agent.log()
+    members.write_text("a: {address: 127.0.0.71, leaf: l1}\nb: {address: 127.0.0.72, leaf: l2}\n")
+    agent.signal(signal.SIGHUP)
+    agent.wait_for(
+        lambda: "pairs inside and across 2 leaves (this node on l1)" in agent.log(), what="a reload"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "a: {address: 10.0.0.1, leaf: l1, switch: s3}\n",
+            "line 1: member a: expected the keys address, leaf, spine, pod, rail, got switch",
+        ),
+        (
+            "a: 10.0.0.1\nb: {address: 10.0.0.2, leaf: 'leaf 2'}\n",
+            "line 2: member b: leaf: expected a name of letters",
+        ),
+        ("a: {leaf: l1}\n", "line 1: member a: expected an IP address or a host name, got None"),
+    ],
+)
+def test_a_bad_place_in_the_members_file_exits_2_naming_the_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    members = tmp_path / "members.yaml"
+    members.write_text(text)
+    spec = group("fabric", {})
+    del spec["members"]
+    spec["members_file"] = str(members)
+    done = run_cli("agent", "--config", str(node_config(tmp_path, "a", [spec])), "--print-config")
+    assert done.returncode == 2
+    assert "pairwise_groups[0].members_file: expected a members file" in done.stderr
+    assert f"{members}: {expected}" in done.stderr, done.stderr
 
 
 def test_stopping_the_agent_ends_the_probe_server_it_started(

@@ -636,3 +636,29 @@ def test_the_readme_picture_is_the_report_as_drawn_today(tmp_path: Path, browser
     slow = [n for n in where["nodes"] if n != host and cells.ratio(host, n) < 0.8]
     assert len(slow) >= 3
     assert cells.ratio(*path) < 0.8 and cells.ratio(path[1], path[0]) < 0.8
+
+
+# --- by leaf --------------------------------------------------------------------------------------
+
+
+def test_a_placed_group_is_drawn_by_leaf_and_its_bad_uplink_named(
+    fabric_store: Servers, tmp_path: Path
+) -> None:
+    # The tree of tests/fabric_store.py: its members' leaves, read back from Prometheus, order the
+    # matrix (a leaf's members side by side, so a bad uplink is a block) and name its groups.
+    path = tmp_path / "tree.html"
+    done = _report(
+        "--prometheus", fabric_store.url, "--probe", "treeuplink", "--window", "2h", "-o", str(path)
+    )
+    assert done.returncode == 1, done.stderr
+    page = path.read_text()
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert found is not None
+    data = json.loads(found.group(1))
+    assert data["nodes"] == [f"t{i}" for i in range(1, 65)], "by leaf (8 a leaf), then by name"
+    assert data["groups"]["names"] == [f"leaf{j}" for j in range(1, 9)]
+    assert data["groups"]["bounds"][2] == [16, 24]
+    assert {"kind": "uplink", "suspect": "leaf3", "hosts": [f"t{i}" for i in range(17, 25)]} in data[
+        "suspects"
+    ]
+    assert "leaf3" in page and "t17" in page

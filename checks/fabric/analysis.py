@@ -1,4 +1,5 @@
-"""Which host, or which path between two hosts, makes a pairwise group fall short.
+"""Which host, which path between two hosts, or which leaf switch or uplink makes a pairwise group
+fall short.
 
 Input: *reports* of meetings, one per end that exported it: (round, the node, its partner, the
 bandwidth measured, whether it met its expectation), as fleet/pairwise.py reads them back from
@@ -26,6 +27,12 @@ Output (``analyze``): suspects, by two rules, and nothing else names anyone.
   round, see schedule.py) while both ends were fine with at least ``clean_partners`` (2) other
   partners each and are clean themselves (more fine meetings with others than short ones). A pair
   with an end that is a host suspect is the host's evidence, not a path.
+* **Leaf and uplink** (members placed on leaf switches, ``leaves``): a leaf cut off from the
+  others (most of its meetings across short, round after round) with ``leaf_others`` (2) clean
+  other leaves is its **uplink** when its meetings inside were fine, the **leaf** itself when they
+  were short (``_leaf_suspects``). One verdict per incident: the hosts and paths a named leaf or
+  uplink explains are its evidence; while it is not told apart yet, they wait with it among the
+  unconfirmed.
 * **Unconfirmed.** A pair whose latest meeting fell short once, or a node short with fewer than
   ``host_partners`` partners, is listed apart, never in ``suspects``.
 * **Not enough evidence.** Fewer than ``min_rounds`` rounds in the window: no verdict.
@@ -53,6 +60,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from clusterhealth.checks import cost
+from clusterhealth.checks.fabric import topology
 
 
 @dataclass(frozen=True)
@@ -62,12 +70,17 @@ class Rules:
     path_meetings: int = 2  # short meetings of one pair in a row to name a path
     clean_partners: int = 2  # other partners each end of a path must have been fine with
     min_rounds: int = 3  # rounds in the window below which there is no verdict
+    leaf_others: int = (
+        2  # clean other leaves a leaf's members must be short with, to name the leaf or its uplink
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        if min(self.host_partners, self.path_meetings, self.min_rounds) < 1 or self.clean_partners < 0:
-            raise ValueError("host_partners, path_meetings and min_rounds must be at least 1")
+        if min(self.host_partners, self.path_meetings, self.min_rounds, self.leaf_others) < 1:
+            raise ValueError("host_partners, path_meetings, min_rounds and leaf_others must be at least 1")
+        if self.clean_partners < 0:
+            raise ValueError("clean_partners must be at least 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +134,21 @@ def merge(reports: Iterable[Report]) -> list[Meeting]:
     return sorted(meetings.values(), key=lambda m: (m.round, m.a, m.b))
 
 
+KINDS = ("host", "path", "uplink", "leaf")  # what a suspect can be, in the order a tie is listed
+
+
 @dataclass
 class Suspect:
-    kind: str  # host or path
-    hosts: tuple[str, ...]
+    kind: str  # one of KINDS
+    hosts: tuple[str, ...]  # the host, the path's two ends, or the leaf's members
     evidence: dict[str, Any]
     ratio: float = 1.0  # the median ratio of the evidence's meetings, unrounded (0: all failed)
     impact: cost.Impact | None = None  # named suspects only
+    leaf: str | None = None  # a leaf or uplink suspect's leaf: its name
 
     @property
     def name(self) -> str:
-        return "<->".join(self.hosts)
+        return self.leaf if self.leaf is not None else "<->".join(self.hosts)
 
     def to_dict(self) -> dict[str, Any]:
         document = {
@@ -162,6 +179,7 @@ class Analysis:
     reference_excludes: tuple[str, ...] = ()  # nodes whose meetings the reference leaves out
     workload: cost.Workload = cost.IMPACT_WORKLOAD  # what suspects are priced for
     fleet_impact: cost.Impact | None = None  # the fleet-wide slowdown's price, when there is one
+    leaves: dict[str, list[str]] = field(default_factory=dict)  # each leaf's members, when placed
 
     @property
     def partial(self) -> bool:
@@ -193,6 +211,7 @@ class Analysis:
             "not_enough_evidence": self.not_enough_evidence,
             "partial": self.partial,
             "problems": list(self.problems),
+            "leaves": self.leaves,
         }
 
 
@@ -207,13 +226,16 @@ def analyze(
     problems: Sequence[str] = (),
     workload: cost.Workload = cost.IMPACT_WORKLOAD,
     jobs: Mapping[str, Sequence[cost.Job]] | None = None,
+    leaves: Mapping[str, str] | None = None,
 ) -> Analysis:
     """Suspects of one group from its meetings in the window (see the module docstring).
 
     ``workload`` is what each suspect is priced for; ``jobs``, when job attribution exists, the
-    jobs on each node (by node name), each with its GPU count over the whole cluster."""
+    jobs on each node (by node name), each with its GPU count over the whole cluster; ``leaves``,
+    where the members' places are known, each node's leaf switch."""
     rules = rules or Rules()
     everyone = set(nodes) | {m.a for m in meetings} | {m.b for m in meetings}
+    leaf_of = {node: leaf for node, leaf in (leaves or {}).items() if leaf}
     rounds = len({m.round for m in meetings})
     reference, excluded = reference_bandwidth(meetings, rules.threshold)
     result = Analysis(
@@ -227,6 +249,7 @@ def analyze(
         problems=tuple(problems),
         reference_excludes=excluded,
         workload=workload,
+        leaves=topology.leaves({n: topology.Placement(leaf=leaf) for n, leaf in leaf_of.items()}, everyone),
     )
     if rounds < rules.min_rounds:
         result.not_enough_evidence = (
@@ -348,14 +371,261 @@ def analyze(
                 )
             singles.append(Suspect("path", (a, b), evidence, ratio))
 
-    suspects = [*hosts.values(), *paths]
+    places, leaning_places = _leaf_suspects(meetings, leaf_of, result.leaves, rules)
+    # One verdict per incident: what a leaf or its uplink explains is its evidence, not a host or
+    # a path of its own. A bad leaf explains its members and every path to them; a bad uplink the
+    # members that were not short inside the leaf, and the paths across it. While a leaf's
+    # incident is not told apart yet, what it would explain waits with it among the unconfirmed.
+    waiting: list[Suspect] = []
+    for place in [*places, *leaning_places]:
+        explained = set(place.evidence.pop("explains"))
+        members = set(place.hosts)
+        if place in leaning_places:
+            explained = members  # not told apart yet: it may be the leaf
+        # Ends inside the leaf of a path it explains: any, but for a named uplink, one.
+        inside = 1 if place.kind == "uplink" and place in places else None
+        held = [h for n, h in hosts.items() if n in explained] + [
+            p for p in paths if _through(p, members, inside)
+        ]
+        hosts = {n: h for n, h in hosts.items() if n not in explained}
+        paths = [p for p in paths if not _through(p, members, inside)]
+        if place in places:
+            leaning = {n: h for n, h in leaning.items() if n not in explained}
+            singles = [p for p in singles if not _through(p, members, inside)]
+        else:
+            for held_back in held:
+                held_back.evidence["why_unconfirmed"] = (
+                    f"{place.leaf} is short across with its whole leaf: its uplink or the leaf itself, "
+                    "not told apart yet"
+                )
+            waiting.extend(held)
+
+    suspects = [*hosts.values(), *paths, *places]
     for s in suspects:
         s.impact = cost.impact(s.ratio, reference, workload, _jobs_on(jobs, s.hosts))
     # The costliest first: with the stated workload alone, the slowest; with jobs, the one whose
     # jobs lose the most GPU-hours. Hosts before paths, then by name, on a tie.
     result.suspects = sorted(suspects, key=_cost)
-    result.unconfirmed = sorted(leaning.values(), key=_severity) + sorted(singles, key=_severity)
+    result.unconfirmed = (
+        sorted([*leaning.values(), *(h for h in waiting if h.kind == "host")], key=_severity)
+        + sorted([*singles, *(p for p in waiting if p.kind == "path")], key=_severity)
+        + sorted(leaning_places, key=_severity)
+    )
     return result
+
+
+def _through(path: Suspect, members: set[str], ends_inside: int | None) -> bool:
+    """Whether a path goes through a leaf: has that many ends among its ``members`` (None: any)."""
+    inside = sum(end in members for end in path.hosts)
+    return inside > 0 if ends_inside is None else inside == ends_inside
+
+
+def _leaf_suspects(
+    meetings: Sequence[Meeting],
+    leaf_of: Mapping[str, str],
+    members: Mapping[str, list[str]],
+    rules: Rules,
+) -> tuple[list[Suspect], list[Suspect]]:
+    """The leaves named (a leaf or its uplink), and those leaning without being named yet.
+
+    A leaf's *crossing* meetings (one end in the leaf, the other on another known leaf) are taken
+    round by round; a round *cuts the leaf off* when more of them fell short than not, with at
+    least two of its members. The latest run of such rounds (a round whose crossing meetings were
+    at least half fine ends it; one with a single member short and nothing fine neither cuts nor
+    ends) names the leaf when its members fell short with at least ``leaf_others`` other leaves
+    that were clean then (mostly fine with the leaves but this one, in the run's rounds and two
+    either side), and its meetings inside, in the run's rounds and the round after, say which:
+    at least half fine, the **uplink** (fine with each other, short with every other leaf);
+    mostly short, the **leaf** itself (short with each other and with the rest).
+    """
+    if len(members) < 1 + rules.leaf_others:
+        return [], []
+    inside: dict[str, list[Meeting]] = defaultdict(list)
+    crossing: dict[str, list[Meeting]] = defaultdict(list)
+    for m in meetings:
+        la, lb = leaf_of.get(m.a), leaf_of.get(m.b)
+        if la is None or lb is None:
+            continue
+        if la == lb:
+            inside[la].append(m)
+        else:
+            crossing[la].append(m)
+            crossing[lb].append(m)
+
+    def clean(leaf: str, apart_from: str, rounds: list[int]) -> bool:
+        """More fine crossing meetings than short ones with the leaves other than ``apart_from``,
+        in ``rounds`` and the two rounds either side: a leaf that was bad then is not clean, however
+        fine it was before."""
+        ms = [
+            m
+            for m in crossing[leaf]
+            if rounds[0] - _AROUND <= m.round <= rounds[-1] + _AROUND
+            and apart_from not in (leaf_of[m.a], leaf_of[m.b])
+        ]
+        fine = sum(not m.short for m in ms)
+        return fine > len(ms) - fine
+
+    named: list[Suspect] = []
+    leaning: list[Suspect] = []
+    for leaf, ms in crossing.items():
+        if len(members.get(leaf, ())) < 2:
+            continue  # a leaf of one member is its host
+        by_round: dict[int, list[Meeting]] = defaultdict(list)
+        for m in ms:
+            by_round[m.round].append(m)
+        runs: list[list[int]] = []
+        cut_before = False
+        for r in sorted(by_round):
+            short = [m for m in by_round[r] if m.short]
+            fine = len(by_round[r]) - len(short)
+            ends = {m.a if leaf_of[m.a] == leaf else m.b for m in short}
+            if len(short) > fine and len(ends) >= 2:
+                if not cut_before:
+                    runs.append([])
+                runs[-1].append(r)
+                cut_before = True
+            elif fine >= len(short):
+                cut_before = False
+            # else one member short across and nothing fine: says nothing about the leaf (a
+            # leftover's meeting in a round inside the leaves), neither cuts nor ends a run.
+        # The latest run is ongoing unless a round at least half fine came after it.
+        found = [
+            _place(leaf, run, by_round, inside[leaf], leaf_of, members[leaf], rules, clean) for run in runs
+        ]
+        for suspect in found:
+            suspect.evidence["ongoing"] = suspect is found[-1] and cut_before
+        naming = [s for s in found if "why_unconfirmed" not in s.evidence]
+        if naming:
+            named.append(naming[-1])
+        elif found and cut_before:
+            leaning.append(found[-1])
+    # A leaf short only with leaves named bad is their evidence, not an incident of its own.
+    bad = {s.leaf for s in named}
+    leaning = [s for s in leaning if not {x["leaf"] for x in s.evidence["short_with"]} <= bad]
+    decided = {s.leaf for s in (*named, *leaning)}
+    for leaf, ms in inside.items():
+        if leaf not in decided and (held := _short_inside(leaf, ms, crossing[leaf], members[leaf])):
+            leaning.append(held)
+    return named, leaning
+
+
+def _short_inside(
+    leaf: str, inside: list[Meeting], crossing: list[Meeting], members: list[str]
+) -> Suspect | None:
+    """A leaf whose latest round inside was mostly short, and that has not been fine across since
+    (at least half its meetings across fine): the start of a bad leaf, before its members meet
+    other leaves (the leaf the circle leaves out when the number of leaves is odd meets itself in
+    that round)."""
+    latest = max(m.round for m in inside)
+    now = [m for m in inside if m.round == latest]
+    short = [m for m in now if m.short]
+    if len(short) * 2 <= len(now):
+        return None
+    after = [m for m in crossing if m.round >= latest]
+    if after and sum(not m.short for m in after) * 2 >= len(after):
+        return None
+    ratio = _median_ratio(short) or 0.0
+    evidence: dict[str, Any] = {
+        "leaf": leaf,
+        "meetings": [_meeting_evidence(m, m.a) | {"node": m.a} for m in short],
+        "short_with": [],
+        "inside": {
+            "fine": len(now) - len(short),
+            "short": len(short),
+            "median_ratio": _round(_median_ratio(now)),
+        },
+        "members_short": sorted({n for m in short for n in (m.a, m.b)}, key=topology.natural),
+        "rounds": [latest],
+        "first_seen": _time(min(m.first_seen for m in short)),
+        "last_seen": _time(max(m.last_seen for m in short)),
+        "ongoing": True,
+        "median_ratio": _round(ratio),
+        "why_unconfirmed": "short inside, not met across since: the leaf itself, or its hosts",
+        "explains": list(members),
+    }
+    return Suspect("leaf", tuple(members), evidence, ratio, leaf=leaf)
+
+
+def _place(
+    leaf: str,
+    run: list[int],
+    by_round: Mapping[int, list[Meeting]],
+    inside: list[Meeting],
+    leaf_of: Mapping[str, str],
+    members: list[str],
+    rules: Rules,
+    clean: Callable[[str, str, list[int]], bool],
+) -> Suspect:
+    """The verdict on one run of rounds in which ``leaf`` was cut off (see ``_leaf_suspects``)."""
+    short = [m for r in run for m in by_round[r] if m.short]
+    by_leaf: dict[str, list[Meeting]] = {}
+    for m in short:
+        other = leaf_of[m.b] if leaf_of[m.a] == leaf else leaf_of[m.a]
+        by_leaf.setdefault(other, []).append(m)
+    others = [other for other in by_leaf if clean(other, leaf, run)]
+    # Inside from the run's first round on: the round before may be from before the fault, and
+    # stands in only until a round inside comes (a leaf it names waits with the unconfirmed).
+    near = [m for m in inside if run[0] <= m.round <= run[-1] + 1] or [
+        m for m in inside if m.round == run[0] - 1
+    ]
+    inside_short = [m for m in near if m.short]
+    inside_fine = len(near) - len(inside_short)
+    end = {id(m): (m.a if leaf_of[m.a] == leaf else m.b) for m in short}
+    evidence: dict[str, Any] = {
+        "leaf": leaf,
+        "meetings": [_meeting_evidence(m, end[id(m)]) | {"node": end[id(m)]} for m in short],
+        "short_with": [
+            {
+                "leaf": other,
+                "meetings": len(group),
+                "median_ratio": _round(_median_ratio(group)),
+                "clean": other in others,
+            }
+            for other, group in by_leaf.items()
+        ],
+        "inside": {
+            "fine": inside_fine,
+            "short": len(inside_short),
+            "median_ratio": _round(_median_ratio(near)) if near else None,
+        },
+        "members_short": sorted({end[id(m)] for m in short}, key=topology.natural),
+        "rounds": run,
+        "first_seen": _time(min(m.first_seen for m in short)),
+        "last_seen": _time(max(m.last_seen for m in short)),
+        "ongoing": True,  # decided by the caller, who sees the rounds after
+    }
+    # Noise only shortens a meeting: a bad leaf has nothing fine inside, an uplink at most a few
+    # random shortfalls. So a tie is the uplink.
+    if inside_fine and inside_fine >= len(inside_short):
+        kind, ratio_of = "uplink", short
+        # An uplink explains its members' shortfalls across, not a member short with its own leaf.
+        own: dict[str, list[bool]] = defaultdict(list)
+        for m in inside:
+            own[m.a].append(m.short)
+            own[m.b].append(m.short)
+        evidence["explains"] = [n for n in members if sum(own[n]) * 2 <= len(own[n])]
+    elif inside_short:
+        kind, ratio_of = "leaf", short + inside_short
+        evidence["explains"] = list(members)
+    else:
+        kind, ratio_of = "uplink", short
+        evidence["explains"] = list(members)
+        evidence["why_unconfirmed"] = "no meeting inside the leaf yet: its uplink or the leaf itself"
+    if not others:
+        # Short with leaves that were bad then too: this one or they; it waits, holding what it
+        # would explain, until a clean leaf says.
+        evidence["why_unconfirmed"] = (
+            f"short across with {', '.join(by_leaf)}, not clean then either: this leaf or "
+            f"{'that one' if len(by_leaf) == 1 else 'those'}"
+        )
+    elif len(others) < rules.leaf_others:
+        evidence["why_unconfirmed"] = (
+            f"short with {len(others)} clean other leaf{'s' if len(others) != 1 else ''}; "
+            f"{rules.leaf_others} name a leaf or its uplink"
+        )
+    ratio = _median_ratio(ratio_of) or 0.0
+    evidence["median_ratio"] = _round(ratio)
+    return Suspect(kind, tuple(members), evidence, ratio, leaf=leaf)
 
 
 def reference_bandwidth(
@@ -484,7 +754,7 @@ def _jobs_on(jobs: Mapping[str, Sequence[cost.Job]] | None, nodes: Iterable[str]
 
 def _cost(s: Suspect) -> tuple[float, int, float, str]:
     lost = s.impact.gpu_hours_per_day if s.impact is not None else 0.0
-    return (-lost, 0 if s.kind == "host" else 1, *_severity(s))
+    return (-lost, KINDS.index(s.kind), *_severity(s))
 
 
 def _severity(s: Suspect) -> tuple[float, str]:
@@ -642,6 +912,8 @@ def suspect_row(s: Suspect) -> tuple[str, ...]:
         if len(partners) > _SHOWN:
             shorts += f" and {len(partners) - _SHOWN} more"
         text = f"short with {shorts}"
+    elif s.kind in ("leaf", "uplink"):
+        text = _place_text(s)
     else:
         fine = ", ".join(f"{k} fine with {v}" for k, v in e["fine_partners"].items())
         ratios = ", ".join(f"{m['ratio']:.2f}" if m["ratio"] is not None else "failed" for m in e["meetings"])
@@ -663,6 +935,35 @@ def suspect_row(s: Suspect) -> tuple[str, ...]:
         e["first_seen"],
         e["last_seen"] + (" (ongoing)" if e.get("ongoing") else ""),
     )
+
+
+def _place_text(s: Suspect) -> str:
+    """A leaf's or an uplink's evidence: its members, how they did inside the leaf and across."""
+    e = s.evidence
+    across = e["short_with"]
+    shown = ", ".join(
+        f"{x['leaf']} {_ratio_text(x['median_ratio'])}"
+        + (f" ({x['meetings']} meetings)" if x["meetings"] > 1 else "")
+        for x in across[:_SHOWN]
+    )
+    if len(across) > _SHOWN:
+        shown += f" and {len(across) - _SHOWN} more"
+    inside = e["inside"]
+    seen = inside["fine"] + inside["short"]
+    if inside["short"] > inside["fine"]:
+        within = f"short inside ({inside['short']} of {seen} meetings, {_ratio_text(inside['median_ratio'])})"
+    elif seen:
+        within = f"fine inside ({inside['fine']} of {seen} meetings)"
+    else:
+        within = "no meeting inside yet"
+    hosts = ", ".join(s.hosts[:2]) + (", ..." if len(s.hosts) > 2 else "")
+    return f"{len(s.hosts)} hosts ({hosts}): {within}; " + (
+        f"short across with {shown}" if shown else "not met across since"
+    )
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "failed" if not ratio else f"{ratio:.2f}"
 
 
 def _partner_text(partner: dict[str, Any]) -> str:

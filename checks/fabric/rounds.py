@@ -106,7 +106,10 @@ class GroupRounds:
         clock: Callable[[], float] = time.time,
     ):
         self.group, self.node, self.pipeline, self.clock = group, node, pipeline, clock
-        self.schedule = Schedule(group.members, group.name)
+        self.places = group.places()
+        self.schedule = Schedule(
+            group.members, group.name, {node: p.leaf for node, p in self.places.items() if p.leaf}
+        )
         self.timing = group.timing()
         self.store = group_store(pipeline.state_dir, group.name)
         self._stop = threading.Event()
@@ -137,13 +140,29 @@ class GroupRounds:
             self._thread = threading.Thread(target=self._loop, name=f"pairwise-{g.name}", daemon=True)
             self._thread.start()
             log.info(
-                "pairwise group %s: %d members, %s kind, rounds of %g s, this node is %s",
+                "pairwise group %s: %d members, %s kind, rounds of %g s, this node is %s; %s",
                 g.name,
                 len(self.schedule),
                 g.kind,
                 g.period_seconds,
                 self.node,
+                self._pairing(),
             )
+
+    def _pairing(self) -> str:
+        """How the schedule pairs, for the start's log line."""
+        if self.schedule.by_leaf:
+            return (
+                f"pairs inside and across {len(self.schedule.leaves)} leaves "
+                f"(this node on {self.schedule.leaf_of[self.node]})"
+            )
+        unplaced = sorted(n for n in self.schedule.members if not (p := self.places.get(n)) or not p.leaf)
+        if len(unplaced) == len(self.schedule):
+            return "pairs as one flat group (no member has a leaf in the inventory)"
+        if unplaced:
+            shown = ", ".join(unplaced[:5]) + (f" and {len(unplaced) - 5} more" if len(unplaced) > 5 else "")
+            return f"pairs as one flat group ({shown} without a leaf in the inventory)"
+        return "pairs as one flat group (every member on one leaf)"
 
     def close(self) -> None:
         """Stop after the meeting in progress, if any: cutting it short would fail the partner's end."""
@@ -282,6 +301,9 @@ class GroupRounds:
         now = round_at(self.clock(), self.group.period_seconds)
         families.round.add_metric([name], float(now))
         families.members.add_metric([name], float(len(self.schedule)))
+        place = self.places.get(self.node)
+        if place is not None:
+            families.placement.add_metric([name, *place.labels().values()], 1.0)
         current = state.current
         if current is not None and current.round == now and current.outcome.result != "skipped":
             families.peer_success.add_metric([name, current.peer], 1.0 if current.outcome.success else 0.0)

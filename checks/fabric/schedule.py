@@ -12,6 +12,10 @@ pair then meets once in any N consecutive rounds. The shuffle is a sort by SHA-2
 (seed, name): it does not depend on Python's ``random`` or on hash randomisation, so agents on
 different Python versions agree, and neighbours in the member list are not paired first.
 
+By leaf (every member placed on a leaf switch, two leaves or more: ``Schedule(members, seed,
+leaves)``), rounds alternate inside the leaves and across them, so that every leaf meets itself
+every other round and two other leaves within four; see ``Schedule``.
+
 In each pair one side serves and the other connects. Which one is a per-pair bit from the same
 hash, flipped every cycle: a pair is measured in both directions over two cycles.
 
@@ -26,6 +30,10 @@ results only:
     not take place (either end busy, absent or declining), both ends know it and try again in
     the next rounds' confirming slots, within ``CONFIRM_ATTEMPTS`` rounds of the meeting; when
     several short meetings wait, the oldest goes first.
+
+By leaf, a meeting across leaves that fell short waits for a round whose own regular meeting
+crossed leaves and was fine: an end fine inside its leaf says nothing of its uplink, which a
+second shortfall would then show (the replay would name a path where the uplink failed).
 
 The condition keeps a bad host from being re-tested pair by pair: a node whose meetings fall short
 with two partners in a row is more likely the culprit than either path, and the host rule
@@ -56,11 +64,12 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 Role = Literal["server", "client"]
+T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
@@ -101,10 +110,46 @@ class Matching:
     sitting_out: str | None  # the member without a partner this round (N odd)
 
 
-class Schedule:
-    """The rotating pairings of one group's members."""
+def _circle(order: Sequence[T | None], k: int) -> Iterator[tuple[T | None, T | None]]:
+    """Round ``k`` of the circle method over ``order`` (of even length): position 0 stays, the
+    others turn one step a round; slot s meets slot m−1−s. Every pair meets once in any m−1
+    consecutive rounds."""
+    m = len(order)
+    if m < 2:
+        return
+    k %= m - 1
+    circle = [order[0]] + [order[(s - 1 + k) % (m - 1) + 1] for s in range(1, m)]
+    for s in range(m // 2):
+        yield circle[s], circle[m - 1 - s]
 
-    def __init__(self, members: Iterable[str], seed: str):
+
+def _padded(items: Sequence[T]) -> list[T | None]:
+    """``items`` with a placeholder (None) when odd: the circle's sit-out."""
+    return [*items, None] if len(items) % 2 else list(items)
+
+
+class Schedule:
+    """The rotating pairings of one group's members.
+
+    Flat (no leaves given, or a member without one, or a single leaf): the circle method over
+    all members, as described above. By leaf (``leaves`` gives every member's leaf switch, and
+    there are at least two): rounds alternate between
+
+    * **inside the leaves** (even rounds): each leaf's own circle over its members, so every leaf
+      of two or more members has meetings inside itself every other round;
+    * **across the leaves** (odd rounds): a circle over the leaves pairs each leaf with another
+      one, and the smaller leaf's k-th member meets the other's (k + c) mod b-th, c the number of
+      times the two leaves have been paired before and b the larger leaf's size; in consecutive
+      such rounds a leaf meets different leaves;
+
+    and whoever is left without a partner (the sit-out of a leaf of odd size, the unmatched
+    members of the larger of two leaves, every member of the leaf the leaf circle leaves out when
+    the number of leaves is odd) is paired with the others left over, in a seeded order. Every
+    pair meets at least once in any ``cycle`` = 2 × b_max × (M − 1) consecutive rounds (M the
+    number of leaves, made even), a pair inside a leaf of L members once every 2(L − 1) rounds.
+    """
+
+    def __init__(self, members: Iterable[str], seed: str, leaves: Mapping[str, str] | None = None):
         listed = list(members)
         for name in listed:
             if (problem := check_node_name(name)) is not None:
@@ -115,14 +160,26 @@ class Schedule:
         self.seed = seed
         self.members: tuple[str, ...] = tuple(sorted(listed))
         # The shuffled circle; None is the placeholder that gives N odd a sit-out.
-        order: list[str | None] = [*sorted(self.members, key=lambda n: _digest(seed, "order", n))]
-        if len(order) % 2:
-            order.append(None)
-        self._order = tuple(order)
-        self._index = {n: i for i, n in enumerate(order) if n is not None}
+        shuffled = sorted(self.members, key=lambda n: _digest(seed, "order", n))
+        self._order = tuple(_padded(shuffled))
+        self._index = {n: i for i, n in enumerate(self._order) if n is not None}
         self._bit = {n: _digest(seed, "role", n)[0] & 1 for n in self.members}
         # Rounds after which every pair has met once (0 for a group of one: nobody ever meets).
-        self.cycle = max(len(order) - 1, 0)
+        self.cycle = max(len(self._order) - 1, 0)
+        self.leaf_of: dict[str, str] = {}
+        self.leaves: dict[str, tuple[str, ...]] = {}  # by leaf: its members in circle order
+        placed = {n: leaves.get(n) for n in self.members} if leaves else {}
+        if placed and all(placed.values()) and len(set(placed.values())) >= 2:
+            self.leaf_of = {n: leaf for n, leaf in placed.items() if leaf}
+            by_leaf: dict[str, list[str]] = {}
+            for node in shuffled:
+                by_leaf.setdefault(self.leaf_of[node], []).append(node)
+            self.leaves = {leaf: tuple(nodes) for leaf, nodes in by_leaf.items()}
+            leaf_order = sorted(self.leaves, key=lambda leaf: _digest(seed, "leaf", leaf))
+            self._leaf_order = tuple(_padded(leaf_order))
+            self._largest = max(len(nodes) for nodes in self.leaves.values())
+            self.cycle = 2 * self._largest * (len(self._leaf_order) - 1)
+            self._cache: dict[int, dict[str, Pair]] = {}
 
     def __len__(self) -> int:
         return len(self.members)
@@ -130,11 +187,27 @@ class Schedule:
     def __contains__(self, node: object) -> bool:
         return node in self._index
 
+    @property
+    def by_leaf(self) -> bool:
+        """Pairs inside and across leaves (every member placed on one of two or more leaves)."""
+        return bool(self.leaves)
+
+    def across(self, a: str, b: str) -> bool:
+        """Whether a meeting of ``a`` and ``b`` crosses leaves (False in a flat group)."""
+        return bool(self.leaves) and self.leaf_of.get(a) != self.leaf_of.get(b)
+
+    @staticmethod
+    def inside_leaves(round: int) -> bool:
+        """Whether ``round`` pairs inside the leaves (by leaf) rather than across them."""
+        return round % 2 == 0
+
     def partner(self, node: str, round: int) -> Pair | None:
         """``node``'s regular meeting in ``round``; None when it sits out or is not a member."""
         i = self._index.get(node)
         if i is None or self.cycle == 0:
             return None
+        if self.leaves:
+            return self._tree(round).get(node)
         m, k = len(self._order), round % self.cycle
         # Slot s of the circle holds order[0] at s = 0 and order[1 + (s - 1 + k) mod (m-1)] else;
         # slot s meets slot m-1-s.
@@ -143,31 +216,75 @@ class Schedule:
         other = self._order[0] if opposite == 0 else self._order[(opposite - 1 + k) % (m - 1) + 1]
         if other is None:
             return None
-        return self._pair(node, other, round)
+        return self._pair(node, other, round // self.cycle)
 
     def matching(self, round: int) -> Matching:
         """Every meeting of ``round``."""
         pairs: list[Pair] = []
         sitting_out = None
+        if self.leaves:
+            found = self._tree(round)
+            pairs = sorted(set(found.values()), key=lambda p: (p.server, p.client))
+            left = [n for n in self.members if n not in found]
+            return Matching(round, tuple(pairs), left[0] if left else None)
         if self.cycle:
-            m, k = len(self._order), round % self.cycle
-            circle = [self._order[0]] + [self._order[(s - 1 + k) % (m - 1) + 1] for s in range(1, m)]
-            for s in range(m // 2):
-                a, b = circle[s], circle[m - 1 - s]
+            for a, b in _circle(self._order, round):
                 if a is None or b is None:
                     sitting_out = b if a is None else a
                 else:
-                    pairs.append(self._pair(a, b, round))
+                    pairs.append(self._pair(a, b, round // self.cycle))
         elif self.members:
             sitting_out = self.members[0]
         return Matching(round, tuple(pairs), sitting_out)
 
-    def _pair(self, a: str, b: str, round: int) -> Pair:
-        # A per-pair bit (xor of the two members' bits) decides who serves; it flips every cycle,
-        # so over two cycles each pair is measured in both directions.
-        flip = self._bit[a] ^ self._bit[b] ^ ((round // self.cycle) & 1)
+    def _pair(self, a: str, b: str, times: int) -> Pair:
+        # A per-pair bit (xor of the two members' bits) decides who serves; it flips each time the
+        # pair meets again (``times``: which of the pair's meetings this is), so each pair is
+        # measured in both directions over two of its meetings.
+        flip = self._bit[a] ^ self._bit[b] ^ (times & 1)
         first, second = (a, b) if self._index[a] < self._index[b] else (b, a)
         return Pair(first, second) if flip == 0 else Pair(second, first)
+
+    def _tree(self, round: int) -> dict[str, Pair]:
+        """Every meeting of ``round`` by leaf, by member (computed once per round)."""
+        found = self._cache.get(round)
+        if found is not None:
+            return found
+        pairs: list[Pair] = []
+        left: list[str] = []  # members without a partner so far
+        k = round // 2
+        if self.inside_leaves(round):
+            for nodes in self.leaves.values():
+                order = _padded(nodes)
+                for a, b in _circle(order, k):
+                    if a is None or b is None:
+                        left.extend(n for n in (a, b) if n is not None)
+                    else:
+                        pairs.append(self._pair(a, b, k // (len(order) - 1)))
+        else:
+            turn = len(self._leaf_order) - 1
+            times = k // turn  # how many times each two leaves have been paired before
+            for x, y in _circle(self._leaf_order, k):
+                if x is None or y is None:
+                    left.extend(self.leaves[x if x is not None else y])  # type: ignore[index]
+                    continue
+                small, large = sorted((self.leaves[x], self.leaves[y]), key=len)
+                size = len(large)
+                matched = set()
+                for i, node in enumerate(small):
+                    other = large[(i + times) % size]
+                    matched.add(other)
+                    # Two members meet once every `size` pairings of their leaves.
+                    pairs.append(self._pair(node, other, times // size))
+                left.extend(n for n in large if n not in matched)
+        # The ones left over meet each other, in an order seeded by the round.
+        left.sort(key=lambda n: _digest(self.seed, "left", str(round), n))
+        pairs.extend(self._pair(a, b, round) for a, b in zip(left[::2], left[1::2], strict=False))
+        found = {n: p for p in pairs for n in (p.server, p.client)}
+        if len(self._cache) >= 8:
+            self._cache.pop(min(self._cache))
+        self._cache[round] = found
+        return found
 
 
 # --- rounds in time ----------------------------------------------------------------------------
@@ -318,6 +435,14 @@ def confirming(
         if before is None or not before.short:
             continue  # fine, skipped or sat out
         if before.partner is None or before.role is None or before.partner not in schedule:
+            continue
+        if (
+            schedule.by_leaf
+            and schedule.across(node, before.partner)
+            and not schedule.across(node, now.partner)
+        ):
+            # Short across the leaves: replayed once this end has been fine across them, so that
+            # its own uplink is not what a second shortfall would show.
             continue
         # Not confirmed yet: no confirming slot since measured this pair.
         if any(

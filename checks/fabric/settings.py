@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from clusterhealth.checks import probe_parsers
 from clusterhealth.checks.fabric.members import MembershipError, check_members
 from clusterhealth.checks.fabric.schedule import RoundTiming
+from clusterhealth.checks.fabric.topology import PLACE_KEYS, Placement, check_place_name
 from clusterhealth.checks.probes.settings import (
     check_argv,
     check_expect,
@@ -33,6 +34,17 @@ def _check_inline_members(value: dict[str, str]) -> str | None:
     return None
 
 
+def _check_placement(value: dict[str, dict[str, str]]) -> str | None:
+    for node, place in value.items():
+        unknown = sorted(set(place) - set(PLACE_KEYS))
+        if unknown:
+            return f"a mapping of node name to {{{', '.join(PLACE_KEYS)}}} ({node} has {', '.join(unknown)})"
+        for key, name in place.items():
+            if (problem := check_place_name(name)) is not None:
+                return f"a mapping of node name to its place, each {problem} ({node}'s {key} is {name!r})"
+    return None
+
+
 @dataclass(frozen=True)
 class PairwiseGroupConfig:
     name: str = setting(
@@ -53,7 +65,14 @@ class PairwiseGroupConfig:
     )
     members_file: str | None = setting(
         None,
-        doc="a YAML file of 'node name: address' lines, read at start and on SIGHUP (instead of members)",
+        doc="a YAML file of 'node name: address' lines, or 'node name: {address, leaf, spine, pod, "
+        "rail}', read at start and on SIGHUP (instead of members and placement)",
+    )
+    placement: dict[str, dict[str, str]] = setting(
+        default_factory=dict,
+        doc="with members: node name -> where it sits in the fabric, {leaf, spine, pod, rail} "
+        "(docs/fabric.md); the schedule pairs inside and across leaves when every member has a leaf",
+        check=_check_placement,
     )
     period_seconds: float = setting(
         900.0, doc="a round's length: each node meets one partner per round", min=10, max=86400
@@ -97,6 +116,10 @@ class PairwiseGroupConfig:
     degraded_fraction: float | None = degraded_fraction_setting()
     env: dict[str, str] = setting(default_factory=dict, doc="environment variables added for both ends")
 
+    def places(self) -> dict[str, Placement]:
+        """Each placed member's place (those without one are left out)."""
+        return {node: Placement(**place) for node, place in self.placement.items() if place}
+
     def timing(self) -> RoundTiming:
         return RoundTiming(
             self.period_seconds,
@@ -119,6 +142,11 @@ def check_groups(groups: tuple[PairwiseGroupConfig, ...]) -> str | None:
             return f"port and confirm_port to differ ({where} has {group.port} for both)"
         if group.members and group.members_file is not None:
             return f"members or members_file, not both ({where} has both)"
+        if group.placement and group.members_file is not None:
+            return f"placement in the members file's entries, not beside members_file ({where} has both)"
+        strays = sorted(set(group.placement) - set(group.members))
+        if group.members and strays:
+            return f"placement for members only ({where} places {', '.join(strays)}, not a member)"
         if (problem := group.timing().problem()) is not None:
             return f"{problem} ({where} has period_seconds {group.period_seconds:g})"
         if group.name in names[:i]:

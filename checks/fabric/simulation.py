@@ -8,7 +8,8 @@ declined a confirming meeting records ``skipped``. The measurement is drawn from
 * a healthy run measures ``nominal`` × (1 ± ``jitter``, uniform);
 * with probability ``p_short`` it falls short at random, to 30-75 % of that;
 * a bad host multiplies every run it takes part in by its factor, a bad path every run between
-  its two ends (both directions);
+  its two ends (both directions), a bad uplink every run between a member of its leaf and a node
+  of another leaf, a bad leaf every run that goes through it (inside it, or to or from it);
 * a confirming meeting is ``confirm_runs`` runs; the best one is its result;
 * each round a fraction ``p_busy`` of the nodes is busy (the idle guard) and sits out.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class Fleet:
     confirm_runs: int = 3
     bad_hosts: dict[str, float] = field(default_factory=dict)  # node -> factor
     bad_paths: dict[frozenset[str], float] = field(default_factory=dict)  # {a, b} -> factor
+    leaves: dict[str, str] = field(default_factory=dict)  # node -> its leaf; the schedule pairs by leaf
+    bad_uplinks: dict[str, float] = field(default_factory=dict)  # leaf -> factor
+    bad_leaves: dict[str, float] = field(default_factory=dict)  # leaf -> factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ class Group:
     def __init__(self, fleet: Fleet, rng: random.Random):
         self.fleet = fleet
         self.rng = rng
-        self.schedule = Schedule(fleet.nodes, fleet.seed)
+        self.schedule = Schedule(fleet.nodes, fleet.seed, fleet.leaves)
         self.history: dict[str, dict[int, Played]] = {n: {} for n in fleet.nodes}
         self.confirms: dict[str, dict[int, Played]] = {n: {} for n in fleet.nodes}
 
@@ -127,6 +131,13 @@ class Group:
         value *= f.bad_hosts.get(server, 1.0) * f.bad_hosts.get(client, 1.0)
         if f.bad_paths:
             value *= f.bad_paths.get(frozenset((server, client)), 1.0)
+        if f.bad_uplinks or f.bad_leaves:
+            ends = {f.leaves.get(server), f.leaves.get(client)}
+            if len(ends) == 2:
+                for leaf in ends:
+                    value *= f.bad_uplinks.get(leaf or "", 1.0)
+            for leaf in ends:
+                value *= f.bad_leaves.get(leaf or "", 1.0)
         return value
 
 
@@ -157,6 +168,12 @@ def node_names(n: int) -> list[str]:
     return [f"h{i + 1}" for i in range(n)]
 
 
+def tree(leaves: int, per_leaf: int) -> dict[str, str]:
+    """``leaves`` × ``per_leaf`` nodes h1, h2, ... on leaves leaf1, leaf2, ..., in blocks: node ->
+    its leaf."""
+    return {f"h{i + 1}": f"leaf{i // per_leaf + 1}" for i in range(leaves * per_leaf)}
+
+
 def path(a: str, b: str) -> frozenset[str]:
     return frozenset((a, b))
 
@@ -175,6 +192,7 @@ FAMILIES = (
     "clusterhealth_probe_round",
     "clusterhealth_probe_bandwidth_bytes_per_second",
     "clusterhealth_probe_peer_success",
+    "clusterhealth_probe_placement_info",
 )
 
 
@@ -188,6 +206,7 @@ def scrapes(
     phase: float = 7.0,
     job: str = "clusterhealth",
     node_info: bool = True,
+    leaves: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """What Prometheus would have scraped from every node's agent: (family, OpenMetrics sample
     line), node by node, each node's scrapes in time order.
@@ -195,8 +214,9 @@ def scrapes(
     Each node exports, as the agent does, the round its clock is in (from the round's start) and
     its current round's result with the partner's name as ``peer``: the regular meeting's from
     ``ROUND_REPORT_DELAY`` into the round, replaced by the confirming meeting's from mid-round, and
-    nothing for a round it skipped. Both ends export a meeting. Scrapes fall ``phase`` seconds
-    after each multiple of ``scrape_interval`` from the first round's start.
+    nothing for a round it skipped. Both ends export a meeting; a node on one of ``leaves`` exports
+    its place. Scrapes fall ``phase`` seconds after each multiple of ``scrape_interval`` from the
+    first round's start.
     """
     results: dict[tuple[str, int], list[tuple[float, str, float, bool]]] = {}
     for rnd in rounds:
@@ -209,13 +229,17 @@ def scrapes(
     start = rounds[0].round * period + phase
     end = (rounds[-1].round + 1) * period
     steps = int((end - start) // scrape_interval)
-    info, current_round, bandwidth_family, success_family = FAMILIES
+    info, current_round, bandwidth_family, success_family, placement = FAMILIES
     for node in nodes:
         target = f'instance="{node}:9845",job="{job}"'
+        leaf = (leaves or {}).get(node)
         for i in range(steps):
             t = start + i * scrape_interval
             if node_info:
                 yield info, f'{info}{{{target},node="{node}"}} 1 {t:.3f}'
+            if leaf:
+                place = f'leaf="{leaf}",pod="",probe="{probe}",rail="",spine=""'
+                yield placement, f"{placement}{{{target},{place}}} 1 {t:.3f}"
             current = int(t // period)
             yield current_round, f'{current_round}{{{target},probe="{probe}"}} {current} {t:.3f}'
             shown = [r for r in results.get((node, current), []) if t >= current * period + r[0]]
@@ -246,6 +270,8 @@ def openmetrics(families: dict[str, list[str]]) -> str:
     """One OpenMetrics document from ``exposition_history`` results (several groups merged)."""
     out = []
     for name, lines in families.items():
+        if not lines:
+            continue
         out.append(f"# TYPE {name} gauge")
         # promtool wants each series' samples once and in time order; node_info comes once per group.
         series = (line.rsplit(" ", 2) for line in dict.fromkeys(lines))

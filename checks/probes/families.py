@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from clusterhealth.checks import probe_parsers
+from clusterhealth.checks.fabric.topology import PLACE_KEYS
 from clusterhealth.checks.probes.evaluate import RESULTS
 from clusterhealth.checks.probes.store import Runs
 
@@ -29,6 +30,7 @@ class ProbeFamilies:
     peer_success: GaugeMetricFamily
     round: GaugeMetricFamily
     members: GaugeMetricFamily
+    placement: GaugeMetricFamily
 
     @classmethod
     def new(cls) -> ProbeFamilies:
@@ -90,6 +92,12 @@ class ProbeFamilies:
                 "Members of the pairwise group in this node's inventory.",
                 labels=["probe"],
             ),
+            placement=GaugeMetricFamily(
+                "clusterhealth_probe_placement_info",
+                "Where this node sits in the pairwise group's fabric, as its members file says: leaf "
+                "switch, spine group, pod, rail (empty where not said); value 1, absent when unplaced.",
+                labels=["probe", *PLACE_KEYS],
+            ),
         )
 
     def add_runs(self, probe: str, state: Runs[Any]) -> None:
@@ -118,5 +126,6 @@ class ProbeFamilies:
             self.peer_success,
             self.round,
             self.members,
+            self.placement,
         ]
         return [f for f in families if f.samples]

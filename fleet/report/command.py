@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 from clusterhealth.checks import cost
+from clusterhealth.checks.fabric import topology
 from clusterhealth.checks.fabric.analysis import Analysis, summary
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.analyze import EXIT_NO_SUSPECT, EXIT_NO_VERDICT, EXIT_SUSPECTS, EXIT_USAGE
@@ -63,9 +64,12 @@ def write(
 ) -> Path:
     """Draw a judged history into ``path`` (html or png), whole or not at all; the path written.
     ``placement`` (node → its places, outermost first, e.g. (spine, leaf)) orders the nodes and
-    groups them; without it they go by name. MissingExtra without the report extra; OSError when
-    the file cannot be written."""
+    groups them; without it, the places the history read back (its members file's leaves, else the
+    NVLink domains), else by name. MissingExtra without the report extra; OSError when the file
+    cannot be written."""
     view, render = renderer()
+    if placement is None:
+        placement = topology.outermost_first(history.placement) or None
     shown = view.build(history, analysis, placement)
     made = time.time() if generated is None else generated
     body = render.html(shown, generated=made).encode() if fmt == "html" else render.png(shown, generated=made)
