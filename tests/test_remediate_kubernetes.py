@@ -212,7 +212,9 @@ def test_an_uncordon_by_someone_else_takes_the_node_over_and_our_marks_go(
     assert json.loads(lease["metadata"]["annotations"][HISTORY])[0][4] == "taken_over"
 
 
-@pytest.mark.parametrize("edit", [None, "mine now", "another act", "uncordon"])
+@pytest.mark.parametrize(
+    "edit", [None, "mine now", "another act", "another act at the same moment", "uncordon"]
+)
 def test_a_release_reads_the_node_again_and_leaves_it_if_our_mark_changed_meanwhile(
     kube: KubeAPI, tmp_path: Path, edit: str | None
 ) -> None:
@@ -227,8 +229,9 @@ def test_a_release_reads_the_node_again_and_leaves_it_if_our_mark_changed_meanwh
     assert view.ours is not None
     if edit == "uncordon":
         kube.kubectl("uncordon", "gpu-1")
-    elif edit == "another act":  # another remediator's, or ours of another time: not this act
-        other = k8s.Act("gpu-1", "replace", now + 1, "clusterhealth: replace: gpu_row_remap 1")
+    elif edit and edit.startswith("another act"):  # another remediator's, or ours of another time
+        at = now if edit.endswith("same moment") else now + 1
+        other = k8s.Act("gpu-1", "replace", at, "clusterhealth: replace: gpu_row_remap 1")
         record = k8s.act_record(other, {"cordon": True, "conditions": []}, {"unschedulable": False}, "other")
         kube.admin.patch("/api/v1/nodes/gpu-1", {"metadata": {"annotations": {ACT: record}}}).ok()
     else:
@@ -244,7 +247,7 @@ def test_our_annotation_removed_or_edited_leaves_the_cordon_to_whoever_did_it(
     kube: KubeAPI, tmp_path: Path, edit: str
 ) -> None:
     kube.create_node("gpu-1")
-    backend = open_kube(kube, tmp_path)
+    backend = open_kube(kube, tmp_path, kubernetes={"taint": True})
     now = time.time()
     step(backend, {"gpu-1": sick("gpu-1")}, now)
     value = None if edit == "removed" else "kept for the vendor: ticket 4711"
@@ -255,6 +258,7 @@ def test_our_annotation_removed_or_edited_leaves_the_cordon_to_whoever_did_it(
     assert node["spec"]["unschedulable"] is True  # theirs now: never uncordoned
     assert node["metadata"].get("annotations", {}).get(ACT) == value
     assert condition(node, "GPUProblem") is None  # what was left of ours went
+    assert all(t["key"] != TAINT for t in node["spec"].get("taints", []))
     assert reasons(kube, "gpu-1") == ["Quarantined", "TakenOver"]
 
 
