@@ -176,6 +176,9 @@ def test_dry_run_decides_and_touches_nothing(run: type[Run], slurm: SlurmCluster
     assert metric(r, "clusterhealth_remediation_would_act_nodes", action="quarantine") == 1
     assert metric(r, "clusterhealth_remediation_actions_total", action="quarantine", result="dry_run") == 1
     assert metric(r, "clusterhealth_remediation_actions_total", action="quarantine", result="ok") == 0
+    # n1 healthy and settled: nothing it would do now, whatever it would have done before.
+    assert r.at(N1_SETTLED).code == EXIT_DONE
+    assert metric(r, "clusterhealth_remediation_would_act_nodes", action="quarantine") == 0
 
 
 # --- someone else's nodes ------------------------------------------------------------------------
@@ -345,6 +348,8 @@ def test_a_refused_command_stops_the_reconcile_there(
     )
     result = r.at(SIX_SICK)
     assert result.code == EXIT_UNTRUSTED and "Access denied" in (result.problem or "")
+    assert metric(r, "clusterhealth_remediation_last_success_timestamp_seconds") is None
+    assert metric(r, "clusterhealth_remediation_reconciles_total", result="failed") == 1
     # n8 (reboot, the heaviest) went first; n3 was refused; n4 to n7 were not tried.
     assert sorted(drained(slurm)) == ["n8"]
     assert [a.node for a in r.backend.ledger.load()] == ["n8"]  # the refused act is not recorded
@@ -357,12 +362,15 @@ def test_a_refused_command_stops_the_reconcile_there(
 
 
 def test_a_second_remediator_only_says_what_it_would_do(
-    run: type[Run], slurm: SlurmCluster, tmp_path: Path
+    run: type[Run], slurm: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = run()
     assert first.backend.lead().leader
     second = run(slurm=first.config.slurm)
-    result = second.at(N1_SICK)
+    with caplog.at_level(logging.INFO, logger="clusterhealth.remediate"):
+        result = second.at(N1_SICK)
+        second.at(N1_SICK + 60)
+    assert sum("another remediator acts" in m for m in caplog.messages) == 1  # said once
     assert [o.node for o in result.would] == ["n1"] and result.done == []
     assert drained(slurm) == {}
     assert metric(second, "clusterhealth_remediation_leader") == 0
