@@ -216,6 +216,21 @@ def test_a_node_an_admin_took_over_is_never_resumed_by_us(
     assert act.outcome == TAKEN_OVER  # forgotten: the node is theirs
 
 
+def test_a_sick_node_someone_resumed_is_theirs_in_the_reconcile_that_forgets_our_act(
+    run: type[Run], slurm: SlurmCluster
+) -> None:
+    r = run()
+    r.at(N1_SICK)
+    slurm.resume("n1")
+    result = r.at(N1_SICK + 60)  # still sick
+    assert result.plan is not None and [(o.node, o.operation) for o in result.plan.orders] == [
+        ("n1", "forget")
+    ]
+    assert drained(slurm) == {}
+    (act,) = r.backend.ledger.load()
+    assert act.outcome == TAKEN_OVER
+
+
 def test_a_vetoed_node_is_reported_and_never_touched(run: type[Run], slurm: SlurmCluster) -> None:
     r = run(veto=("n[13]",))
     assert r.at(N1_SICK).code == EXIT_DONE
