@@ -26,10 +26,12 @@ from clusterhealth.fleet.remediate.config import BudgetConfig, RemediateConfig
 from clusterhealth.fleet.remediate.engine import (
     BUDGET,
     DOMAIN,
+    HEALTHY,
     HELD_FOR_PERSON,
     HOLDING,
     MAX_REASON,
     NO_VERDICT,
+    NOT_ACTED_ON,
     OTHER,
     QUARANTINED,
     SLOW_START,
@@ -112,6 +114,7 @@ def test_a_verdict_younger_than_the_hold_waits() -> None:
 def test_verdicts_the_configuration_does_not_act_on_are_left(state: str, action: str) -> None:
     plan = decide(NOW, config(), verdicts(Seen("n1", state, action, 10 * HOUR)), fleet("n1"))
     assert plan.orders == ()
+    assert status(plan, "n1") == (HEALTHY if state == "healthy" else NOT_ACTED_ON)
 
 
 def test_degraded_is_acted_on_when_configured() -> None:
@@ -128,6 +131,9 @@ def test_an_untrusted_or_missing_verdict_is_neither_healthy_nor_sick() -> None:
     assert plan.orders == ()  # neither a quarantine (n1, n2) nor a release (n3, n4)
     assert (status(plan, "n1"), status(plan, "n2")) == (UNTRUSTED, NO_VERDICT)
     assert (status(plan, "n3"), status(plan, "n4")) == (QUARANTINED, QUARANTINED)
+    # What `remediate` prints for each: why there is nothing to go by.
+    detail = {item.node: item.detail for item in plan.left}
+    assert (detail["n3"], detail["n4"]) == ("stale", "no verdict in Prometheus")
 
 
 def test_reboot_is_a_reboot_only_where_the_backend_can() -> None:
@@ -319,3 +325,123 @@ def test_a_release_in_the_plan_counts_as_a_recovery_for_the_slow_start() -> None
         ("n2", QUARANTINE),
         ("n3", QUARANTINE),
     ]
+
+
+# --- boundaries and the plan's own releases and take-overs (found by tests/mutation_audit.py) ---
+
+
+def test_a_mark_of_exactly_max_reason_characters_is_kept_whole() -> None:
+    head = "clusterhealth: replace: "
+    text = reason("replace", "x" * (MAX_REASON - len(head)))
+    assert len(text) == MAX_REASON and not text.endswith("...")
+    assert reason("replace", "x" * (MAX_REASON - len(head) + 1)).endswith("...")
+
+
+def test_a_verdict_that_held_exactly_the_hold_is_acted_on() -> None:
+    plan = decide(NOW, config(), verdicts(sick("n1", held=300)), fleet("n1"))
+    assert orders(plan, QUARANTINE) == ["n1"]
+
+
+def test_a_node_of_ours_sick_for_longer_than_the_settle_time_is_kept() -> None:
+    """Only a healthy verdict releases: one that has held long is not enough."""
+    plan = decide(NOW, config(), verdicts(sick("n1", held=10 * HOUR)), fleet(n1=ours("n1")))
+    assert plan.orders == ()
+    assert status(plan, "n1") == QUARANTINED
+
+
+def test_an_act_exactly_at_the_deadline_is_judged_a_failure_not_in_flight() -> None:
+    assert slow_start_width([act(NOW - HOUR)], NOW, 16, HOUR) == (1, 0)
+    assert slow_start_width([act(NOW - HOUR + 1)], NOW, 16, HOUR) == (1, 1)
+
+
+def test_acts_are_taken_in_the_order_they_were_judged_not_the_ledgers() -> None:
+    """A failure judged before a recovery leaves the width the recovery earned, whatever order the
+    ledger lists them in."""
+    recovered = act(NOW - 5000, NOW - 100, RECOVERED)
+    taken = act(NOW - 4000, NOW - 3000, TAKEN_OVER)
+    assert slow_start_width([recovered, taken], NOW, 16, HOUR) == (2, 0)
+    assert slow_start_width([taken, recovered], NOW, 16, HOUR) == (2, 0)
+
+
+def test_an_act_taken_over_in_this_plan_sets_the_slow_start_back_to_one() -> None:
+    """Three recoveries earned a width of 8; the act someone resumed in this plan is a failure (the
+    width falls to one) and no longer in flight (one act may go)."""
+    back = tuple(act(NOW - 9000 + i, NOW - 8000 + i, RECOVERED) for i in range(3))
+    mine = Act("n9", "reset_gpu", NOW - 60, "clusterhealth: reset_gpu: gpu_xid 3")
+    nodes = started(["n1", "n2", "n3"])
+    nodes["n9"] = NodeView("n9", True, orphan=mine, other="back in service", history=(*back, mine))
+    plan = decide(NOW, config(slow_start=True), verdicts(sick("n1"), sick("n2"), sick("n3")), nodes)
+    assert [(o.node, o.operation) for o in plan.orders] == [("n9", FORGET), ("n1", QUARANTINE)]
+    assert (plan.budget.width, plan.budget.in_flight) == (1, 1)
+
+
+def test_a_release_of_an_act_past_its_deadline_frees_no_place_in_flight() -> None:
+    """An act exactly at the deadline was already judged (a failure, not in flight); its release
+    doubles the width to 2 and must not count as one act fewer in flight."""
+    nodes = started(["n2", "n3", "n4"])
+    nodes["n1"] = ours("n1", at=NOW - HOUR)
+    seen = verdicts(healthy("n1"), sick("n2"), sick("n3"), sick("n4"))
+    plan = decide(NOW, config(slow_start=True), seen, nodes)
+    assert orders(plan, QUARANTINE) == ["n2", "n3"]
+    assert (plan.budget.width, plan.budget.in_flight) == (2, 2)
+
+
+def test_the_budget_remaining_is_never_below_zero() -> None:
+    """The budget lowered under the nodes already ours: none left, not a negative count."""
+    nodes = fleet("n3", n1=ours("n1"), n2=ours("n2"))
+    plan = decide(NOW, config(max_unavailable=1), verdicts(sick("n3")), nodes)
+    assert (plan.budget.used, plan.budget.remaining) == (2, 0)
+
+
+def rebooted(name: str, **kw: object) -> NodeView:
+    """A node of ours whose reboot the scheduler carried out: back in service, the act still open."""
+    act = Act(name, "reboot", NOW - HOUR, "clusterhealth: reboot: gpu_xid 79", rebooted=True)
+    return NodeView(name, in_service=True, ours=act, history=(act,), **kw)  # type: ignore[arg-type]
+
+
+def test_a_rebooted_node_still_sick_is_acted_on_again_with_the_budget_spent() -> None:
+    """Its place in the budget and in its domain is its own: a spent budget does not defer it."""
+    nodes = fleet("n3", n1=rebooted("n1", domains={"rack": "r1"}), n2=ours("n2", domains={"rack": "r1"}))
+    seen = verdicts(sick("n1", "reboot"), sick("n3"))
+    plan = decide(NOW, config(max_unavailable=2), seen, nodes)
+    assert orders(plan, QUARANTINE) == ["n1"]
+    assert status(plan, "n3") == BUDGET
+    by_domain = decide(NOW, config(per_domain=2), seen, nodes)
+    assert orders(by_domain, QUARANTINE) == ["n1", "n3"]  # n3 has no domain: only n1's is spent
+    racked = {**nodes, "n3": NodeView("n3", True, domains={"rack": "r1"})}
+    plan = decide(NOW, config(per_domain=2), seen, racked)
+    assert orders(plan, QUARANTINE) == ["n1"]
+    assert status(plan, "n3") == DOMAIN
+
+
+def test_a_rebooted_node_whose_verdict_asks_for_no_act_stays_ours() -> None:
+    plan = decide(
+        NOW, config(), verdicts(Seen("n1", "unhealthy", "restart_job", HOUR)), fleet(n1=rebooted("n1"))
+    )
+    assert plan.orders == ()
+    assert status(plan, "n1") == QUARANTINED
+
+
+def test_a_node_released_in_this_plan_frees_its_domain() -> None:
+    nodes = {"n1": ours("n1", domains={"rack": "r1"}), "n2": NodeView("n2", True, domains={"rack": "r1"})}
+    plan = decide(NOW, config(per_domain=1), verdicts(healthy("n1"), sick("n2")), nodes)
+    assert [(o.node, o.operation) for o in plan.orders] == [("n1", RELEASE), ("n2", QUARANTINE)]
+
+
+def test_an_act_exactly_a_window_ago_is_out_of_the_window() -> None:
+    c = config(repeat_limit=2, repeat_window_seconds=86400)
+    at_edge = NodeView("n1", True, history=history("n1", 86400))
+    inside = NodeView("n2", True, history=history("n2", 86399))
+    plan = decide(NOW, c, verdicts(sick("n1"), sick("n2")), fleet(n1=at_edge, n2=inside))
+    by_node = {o.node: o for o in plan.orders}
+    assert (by_node["n1"].hold, by_node["n2"].hold) == (False, True)
+
+
+def test_a_node_someone_resumed_is_theirs_in_the_plan_that_forgets_our_act() -> None:
+    """Back in service by someone's hand, sick: the plan closes our act and leaves the node to
+    them (no new quarantine in the same reconcile)."""
+    act_ = Act("n1", "reset_gpu", NOW - HOUR, "clusterhealth: reset_gpu: x")
+    resumed = NodeView("n1", in_service=True, orphan=act_, other="back in service", history=(act_,))
+    plan = decide(NOW, config(), verdicts(sick("n1")), fleet(n1=resumed))
+    assert [(o.node, o.operation) for o in plan.orders] == [("n1", FORGET)]
+    assert status(plan, "n1") == OTHER

@@ -212,7 +212,9 @@ def test_an_uncordon_by_someone_else_takes_the_node_over_and_our_marks_go(
     assert json.loads(lease["metadata"]["annotations"][HISTORY])[0][4] == "taken_over"
 
 
-@pytest.mark.parametrize("edit", [None, "mine now", "another act", "uncordon"])
+@pytest.mark.parametrize(
+    "edit", [None, "mine now", "another act", "another act at the same moment", "uncordon"]
+)
 def test_a_release_reads_the_node_again_and_leaves_it_if_our_mark_changed_meanwhile(
     kube: KubeAPI, tmp_path: Path, edit: str | None
 ) -> None:
@@ -227,8 +229,9 @@ def test_a_release_reads_the_node_again_and_leaves_it_if_our_mark_changed_meanwh
     assert view.ours is not None
     if edit == "uncordon":
         kube.kubectl("uncordon", "gpu-1")
-    elif edit == "another act":  # another remediator's, or ours of another time: not this act
-        other = k8s.Act("gpu-1", "replace", now + 1, "clusterhealth: replace: gpu_row_remap 1")
+    elif edit and edit.startswith("another act"):  # another remediator's, or ours of another time
+        at = now if edit.endswith("same moment") else now + 1
+        other = k8s.Act("gpu-1", "replace", at, "clusterhealth: replace: gpu_row_remap 1")
         record = k8s.act_record(other, {"cordon": True, "conditions": []}, {"unschedulable": False}, "other")
         kube.admin.patch("/api/v1/nodes/gpu-1", {"metadata": {"annotations": {ACT: record}}}).ok()
     else:
@@ -244,7 +247,7 @@ def test_our_annotation_removed_or_edited_leaves_the_cordon_to_whoever_did_it(
     kube: KubeAPI, tmp_path: Path, edit: str
 ) -> None:
     kube.create_node("gpu-1")
-    backend = open_kube(kube, tmp_path)
+    backend = open_kube(kube, tmp_path, kubernetes={"taint": True})
     now = time.time()
     step(backend, {"gpu-1": sick("gpu-1")}, now)
     value = None if edit == "removed" else "kept for the vendor: ticket 4711"
@@ -255,6 +258,7 @@ def test_our_annotation_removed_or_edited_leaves_the_cordon_to_whoever_did_it(
     assert node["spec"]["unschedulable"] is True  # theirs now: never uncordoned
     assert node["metadata"].get("annotations", {}).get(ACT) == value
     assert condition(node, "GPUProblem") is None  # what was left of ours went
+    assert all(t["key"] != TAINT for t in node["spec"].get("taints", []))
     assert reasons(kube, "gpu-1") == ["Quarantined", "TakenOver"]
 
 
@@ -313,27 +317,111 @@ def test_a_cordon_on_a_node_that_changed_since_it_was_read_is_refused_then_retri
     assert node["metadata"]["labels"]["rack"] == "r07"
 
 
+def _another_act() -> str:
+    other = k8s.Act("gpu-1", "replace", 1.0, "clusterhealth: replace: gpu_row_remap 1")
+    return k8s.act_record(other, {"cordon": False, "conditions": []}, {"unschedulable": False}, "other")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"spec": {"unschedulable": True}},
+        {"metadata": {"annotations": {DO_NOT_ACT: "true"}}},
+        {"metadata": {"annotations": {ACT: _another_act()}}},
+    ],
+    ids=["cordoned", "vetoed", "another act's annotation"],
+)
 def test_a_node_cordoned_by_someone_between_the_read_and_the_write_is_left_alone(
-    kube: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kube: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: dict[str, Any]
 ) -> None:
     kube.create_node("gpu-1")
     backend = open_kube(kube, tmp_path)
     read = backend._read_node
     calls: list[str] = []
 
-    def read_then_a_person_cordons(name: str) -> dict[str, Any] | None:
+    def read_then_a_person_edits(name: str) -> dict[str, Any] | None:
         node = read(name)
         if not calls:
-            kube.admin.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}}).ok()
+            kube.admin.patch(f"/api/v1/nodes/{name}", edit).ok()
         calls.append(name)
         return node
 
-    monkeypatch.setattr(backend, "_read_node", read_then_a_person_cordons)
+    monkeypatch.setattr(backend, "_read_node", read_then_a_person_edits)
     with pytest.raises(BackendError, match="changed since it was read"):
         step(backend, {"gpu-1": sick("gpu-1")}, time.time())
     node = kube.node("gpu-1")
-    assert node["spec"]["unschedulable"] is True and ours(node) is None
+    assert node["spec"].get("unschedulable") is edit.get("spec", {}).get("unschedulable")
+    assert node["metadata"].get("annotations", {}).get(ACT) == edit.get("metadata", {}).get(
+        "annotations", {}
+    ).get(ACT)
+    assert condition(node, "GPUProblem") is None
     assert events(kube) == []
+
+
+NPD_CONDITION = {
+    "type": "GPUProblem", "status": "True", "reason": "GPUCritical", "message": "CRITICAL gpu_xid 3: Xid 79",
+    "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z",
+}  # fmt: skip
+
+
+def test_a_condition_written_between_our_cordon_and_our_conditions_is_kept(
+    kube: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """node-problem-detector writes GPUProblem just after our cordon: our conditions' write,
+    guarded by the cordon's resourceVersion, is refused; read again, the kind is theirs."""
+    kube.create_node("gpu-1")
+    backend = open_kube(kube, tmp_path)
+    patch = backend._patch
+
+    def cordon_then_npd_writes(name: str, body: dict[str, Any], status: bool = False) -> dict[str, Any]:
+        written = patch(name, body, status)
+        if not status and (body.get("spec") or {}).get("unschedulable"):
+            kube.admin.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [NPD_CONDITION]}}).ok()
+        return written
+
+    monkeypatch.setattr(backend, "_patch", cordon_then_npd_writes)
+    step(backend, {"gpu-1": sick("gpu-1")}, time.time())
+    node = kube.node("gpu-1")
+    assert node["spec"]["unschedulable"] is True and ours(node) is not None
+    assert condition(node, "GPUProblem") == NPD_CONDITION
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [("reboot", "bob: waiting for the vendor"), ("GPUCritical", "clusterhealth: reset_gpu: gpu_xid 3")],
+    ids=["an action for its reason, not our mark", "our mark, not an action for its reason"],
+)
+def test_a_condition_that_only_half_looks_like_ours_is_someone_elses(
+    kube: KubeAPI, tmp_path: Path, reason: str, message: str
+) -> None:
+    kube.create_node("gpu-1")
+    theirs = {**NPD_CONDITION, "reason": reason, "message": message}
+    kube.admin.patch("/api/v1/nodes/gpu-1/status", {"status": {"conditions": [theirs]}}).ok()
+    backend = open_kube(kube, tmp_path)
+    now = time.time()
+    step(backend, {"gpu-1": sick("gpu-1")}, now)
+    node = kube.node("gpu-1")
+    record = ours(node)
+    assert node["spec"]["unschedulable"] is True and record is not None
+    assert condition(node, "GPUProblem") == theirs and record["applied"]["conditions"] == []
+    step(backend, {"gpu-1": healthy("gpu-1")}, now + 5)
+    node = kube.node("gpu-1")
+    assert not node["spec"].get("unschedulable") and condition(node, "GPUProblem") == theirs
+
+
+def test_our_condition_someone_rewrote_is_theirs_at_the_release(kube: KubeAPI, tmp_path: Path) -> None:
+    kube.create_node("gpu-1")
+    backend = open_kube(kube, tmp_path)
+    now = time.time()
+    step(backend, {"gpu-1": sick("gpu-1")}, now)
+    mine = condition(kube.node("gpu-1"), "GPUProblem")
+    assert mine is not None
+    rewritten = {**mine, "message": "bob: keep this until the RMA"}
+    kube.admin.patch("/api/v1/nodes/gpu-1/status", {"status": {"conditions": [rewritten]}}).ok()
+    step(backend, {"gpu-1": healthy("gpu-1")}, now + 5)
+    node = kube.node("gpu-1")
+    assert not node["spec"].get("unschedulable") and ours(node) is None  # the cordon was ours
+    assert condition(node, "GPUProblem") == rewritten
 
 
 def heartbeat(kube: KubeAPI, node: str) -> tuple[str, str]:

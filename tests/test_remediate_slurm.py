@@ -33,6 +33,7 @@ from clusterhealth.fleet.prometheus import Prometheus
 from clusterhealth.fleet.remediate import metrics
 from clusterhealth.fleet.remediate.backend import RECOVERED, TAKEN_OVER, Act
 from clusterhealth.fleet.remediate.config import BudgetConfig, RemediateConfig, SlurmConfig
+from clusterhealth.fleet.remediate.ledger import Ledger, LedgerError
 from clusterhealth.fleet.remediate.reconcile import EXIT_ACTED, EXIT_DONE, EXIT_UNTRUSTED, Remediator, Result
 from clusterhealth.fleet.remediate.slurm import SlurmBackend, parse_nodes
 
@@ -175,6 +176,9 @@ def test_dry_run_decides_and_touches_nothing(run: type[Run], slurm: SlurmCluster
     assert metric(r, "clusterhealth_remediation_would_act_nodes", action="quarantine") == 1
     assert metric(r, "clusterhealth_remediation_actions_total", action="quarantine", result="dry_run") == 1
     assert metric(r, "clusterhealth_remediation_actions_total", action="quarantine", result="ok") == 0
+    # n1 healthy and settled: nothing it would do now, whatever it would have done before.
+    assert r.at(N1_SETTLED).code == EXIT_DONE
+    assert metric(r, "clusterhealth_remediation_would_act_nodes", action="quarantine") == 0
 
 
 # --- someone else's nodes ------------------------------------------------------------------------
@@ -210,6 +214,21 @@ def test_a_node_an_admin_took_over_is_never_resumed_by_us(
     assert drained(slurm) == before
     (act,) = r.backend.ledger.load()
     assert act.outcome == TAKEN_OVER  # forgotten: the node is theirs
+
+
+def test_a_sick_node_someone_resumed_is_theirs_in_the_reconcile_that_forgets_our_act(
+    run: type[Run], slurm: SlurmCluster
+) -> None:
+    r = run()
+    r.at(N1_SICK)
+    slurm.resume("n1")
+    result = r.at(N1_SICK + 60)  # still sick
+    assert result.plan is not None and [(o.node, o.operation) for o in result.plan.orders] == [
+        ("n1", "forget")
+    ]
+    assert drained(slurm) == {}
+    (act,) = r.backend.ledger.load()
+    assert act.outcome == TAKEN_OVER
 
 
 def test_a_vetoed_node_is_reported_and_never_touched(run: type[Run], slurm: SlurmCluster) -> None:
@@ -344,6 +363,8 @@ def test_a_refused_command_stops_the_reconcile_there(
     )
     result = r.at(SIX_SICK)
     assert result.code == EXIT_UNTRUSTED and "Access denied" in (result.problem or "")
+    assert metric(r, "clusterhealth_remediation_last_success_timestamp_seconds") is None
+    assert metric(r, "clusterhealth_remediation_reconciles_total", result="failed") == 1
     # n8 (reboot, the heaviest) went first; n3 was refused; n4 to n7 were not tried.
     assert sorted(drained(slurm)) == ["n8"]
     assert [a.node for a in r.backend.ledger.load()] == ["n8"]  # the refused act is not recorded
@@ -356,12 +377,15 @@ def test_a_refused_command_stops_the_reconcile_there(
 
 
 def test_a_second_remediator_only_says_what_it_would_do(
-    run: type[Run], slurm: SlurmCluster, tmp_path: Path
+    run: type[Run], slurm: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = run()
     assert first.backend.lead().leader
     second = run(slurm=first.config.slurm)
-    result = second.at(N1_SICK)
+    with caplog.at_level(logging.INFO, logger="clusterhealth.remediate"):
+        result = second.at(N1_SICK)
+        second.at(N1_SICK + 60)
+    assert sum("another remediator acts" in m for m in caplog.messages) == 1  # said once
     assert [o.node for o in result.would] == ["n1"] and result.done == []
     assert drained(slurm) == {}
     assert metric(second, "clusterhealth_remediation_leader") == 0
@@ -432,3 +456,119 @@ def test_a_reason_edited_between_the_look_and_the_resume_is_left(run: type[Run],
     assert not r.backend.release(view, view.ours, N1_SETTLED)
     assert drained(slurm) == {"n1": "admin: keep it, bob"}
     assert r.backend.ledger.load()[0].open  # the next observe finds it taken over
+
+
+# --- found by tests/mutation_audit.py ------------------------------------------------------------
+
+
+def test_dry_run_neither_forgets_nor_says_it_would(run: type[Run], slurm: SlurmCluster) -> None:
+    """An act of ours whose node is back in service (someone resumed it): an acting remediator
+    closes it; a dry-run one leaves the ledger as it is and has nothing to say it would do."""
+    r = run(act=False)
+    mine = Act("n2", "reset_gpu", T - 7000, "clusterhealth: reset_gpu: x")
+    r.backend.ledger.save([mine])
+    result = r.at(T - 6400)
+    assert result.plan is not None and [o.operation for o in result.plan.orders] == ["forget"]
+    assert (result.code, result.would, result.done) == (EXIT_DONE, [], [])
+    assert r.backend.ledger.load() == [mine]
+    assert metric(r, "clusterhealth_remediation_actions_total", action="forget", result="dry_run") is None
+
+
+def test_a_reason_edited_during_the_reconcile_is_not_counted_resumed(
+    run: type[Run], slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """The reason changes between the reconcile's look and its resume (a wrapper edits it as the
+    release reads n1 again, as an admin could): nothing is resumed or counted done, n1 stays
+    counted among the nodes out of service, and the next reconcile forgets the act."""
+    edit = tmp_path / "edit"
+    wrapper = tmp_path / "scontrol"
+    real = shutil.which("scontrol")
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e {edit} ] && [ "$*" = "show node -o n1" ]; then\n'
+        f'  rm {edit}; {real} update NodeName=n1 "Reason=admin: keep it, bob"\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    r = run(
+        slurm=SlurmConfig(scontrol=str(wrapper), state_dir=str(tmp_path / "state-edit"), timeout_seconds=10)
+    )
+    r.at(N1_SICK)
+    edit.touch()
+    result = r.at(N1_SETTLED)
+    assert not edit.exists()  # the edit happened, during the release
+    assert (result.code, result.done) == (EXIT_DONE, [])
+    assert drained(slurm) == {"n1": "admin: keep it, bob"}
+    assert metric(r, "clusterhealth_remediation_actions_total", action="release", result="skipped") == 1
+    assert metric(r, "clusterhealth_remediation_actions_total", action="release", result="ok") == 0
+    assert metric(r, "clusterhealth_remediation_quarantined_nodes") == 1
+    r.at(N1_SETTLED + 60)
+    (act,) = r.backend.ledger.load()
+    assert act.outcome == TAKEN_OVER
+
+
+def test_a_node_rebooted_and_still_sick_is_acted_on_again_and_counted_once(
+    run: type[Run], slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    slurm.set(RebootProgram="/bin/true", ResumeTimeout="300")
+    r = run(
+        budget=BudgetConfig(max_unavailable=1, slow_start=False),
+        slurm=SlurmConfig(state_dir=str(tmp_path / "state-again"), reboot=True, timeout_seconds=10),
+    )
+    r.at(SIX_SICK)
+    assert metric(r, "clusterhealth_remediation_quarantined_nodes") == 1
+    slurm.scontrol("update", "NodeName=n8", "State=RESUME")  # the reboot done, back in service
+    slurm.wait_node("n8", lambda n: n.available, what="n8 back in service")
+    result = r.at(SIX_SICK_LATER)
+    assert [(o.node, o.operation) for o in result.done] == [("n8", "reboot")]
+    assert metric(r, "clusterhealth_remediation_quarantined_nodes") == 1
+    first, again = [a for a in r.backend.ledger.load() if a.node == "n8"]
+    assert (first.outcome, again.open) == ("failed", True)
+    slurm.scontrol("update", "NodeName=n8", "State=RESUME")
+
+
+# --- the ledger ----------------------------------------------------------------------------------
+
+
+def test_the_ledger_keeps_open_acts_and_the_recent_ended_ones(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.json")
+    day = 86400.0
+    old_open = Act("n1", "reset_gpu", T - 30 * day, "clusterhealth: reset_gpu: a")
+    recent = Act(
+        "n2", "reset_gpu", T - 3 * day, "clusterhealth: reset_gpu: b", ended=T - 2 * day, outcome=RECOVERED
+    )
+    old = Act(
+        "n3", "reset_gpu", T - 10 * day, "clusterhealth: reset_gpu: c", ended=T - 9 * day, outcome=RECOVERED
+    )
+    ledger.save([old_open, recent, old])
+    new = Act("n4", "reboot", T, "clusterhealth: reboot: d")
+    ledger.record(new, 7 * day, T)
+    assert ledger.load() == [old_open, recent, new]
+
+
+def test_an_act_is_closed_only_by_itself(tmp_path: Path) -> None:
+    """Matched by node, time and reason: an act read earlier and since replaced closes nothing."""
+    ledger = Ledger(tmp_path / "ledger.json")
+    current = Act("n1", "reset_gpu", T, "clusterhealth: reset_gpu: b")
+    ledger.save([current])
+    ledger.close(dataclasses.replace(current, at=T - 600), RECOVERED, T + 60)
+    assert ledger.load() == [current]
+    ledger.close(current, RECOVERED, T + 60)
+    assert ledger.load() == [dataclasses.replace(current, ended=T + 60, outcome=RECOVERED)]
+
+
+@pytest.mark.parametrize(
+    "act",
+    [
+        {"node": "n1", "action": "reset_gpu", "at": 1.0, "reason": "r", "ended": 2.0, "outcome": "exploded"},
+        {"node": "n1", "action": "reset_gpu", "at": 1.0, "reason": "r", "ended": 2.0},
+        {"node": "n1", "action": "reset_gpu", "at": 1.0, "reason": "r", "outcome": RECOVERED},
+    ],
+    ids=["an outcome no remediator writes", "ended without an outcome", "an outcome without an end"],
+)
+def test_a_ledger_act_no_remediator_writes_is_not_read(tmp_path: Path, act: dict[str, object]) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps({"format": 1, "acts": [act]}))
+    with pytest.raises(LedgerError, match=r"acts\[0\]: expected an act"):
+        Ledger(path).load()

@@ -70,6 +70,27 @@ TARGETS = [
     ),
     # A node whose agent first reported 400 s ago, unhealthy: nothing before says how long.
     Target("10.0.0.10:9845", "n10", (span(NOW - 400, END, "unhealthy", "reboot"),)),
+    # A state the agents write with an action none writes.
+    Target("10.0.0.11:9845", "n11", (span(BEGIN, END, "unhealthy", "explode"),)),
+    # One target that says it is two nodes (its node_info series carry two names).
+    Target("10.0.0.12:9845", "n12", (span(BEGIN, END, "unhealthy", "reboot"),)),
+    Target("10.0.0.12:9845", "n12b", (span(BEGIN, END, "unhealthy", "reboot"),)),
+    # Healthy, then for the last 100 s a series with a state no agent writes, beside the good one.
+    Target("10.0.0.13:9845", "n13", (span(BEGIN, NOW - 100), span(NOW - 100, END, "broken", "reboot"))),
+    # Unhealthy all along but silent from 500 s to 290 s ago: nothing says what it was when the
+    # hold's window began, though the settle's window began unhealthy.
+    Target(
+        "10.0.0.14:9845",
+        "n14",
+        (span(BEGIN, NOW - 500, "unhealthy", "reset_gpu"), span(NOW - 290, END, "unhealthy", "reset_gpu")),
+    ),
+    # Its checks: a WARNING, an UNKNOWN and a status no agent writes (4).
+    Target(
+        "10.0.0.15:9845",
+        "n15",
+        (span(BEGIN, NOW - 400), span(NOW - 400, END, "unhealthy", "reset_gpu")),
+        checks=(("nvlink", "0", 1), ("gpu_health", "1", 3), ("made_up", "x", 4)),
+    ),
 ]
 
 
@@ -93,14 +114,20 @@ def test_each_node_has_its_verdict_and_how_long_it_held(prometheus: str) -> None
     seen = read(prometheus).seen
     assert seen["n1"] == Seen("n1", "healthy", "none", SETTLE)
     assert (seen["n2"].state, seen["n2"].action, seen["n2"].held_seconds) == ("unhealthy", "reset_gpu", HOLD)
-    assert seen["n3"].held_seconds == 0  # 200 s of a 300 s hold
+    # 200 s of a 300 s hold; its healthy series is still within the lookback: the newer one counts.
+    assert (seen["n3"].state, seen["n3"].action, seen["n3"].held_seconds) == ("unhealthy", "reboot", 0)
     assert seen["n8"].held_seconds == HOLD  # healthy again for 500 s: not yet settled
     assert (seen["n9"].state, seen["n9"].held_seconds) == ("unhealthy", SETTLE)
     assert seen["n10"].held_seconds == HOLD
+    # Not proven over the hold: not proven over the longer settle either, whatever its start says.
+    assert (seen["n14"].state, seen["n14"].held_seconds) == ("unhealthy", 0)
 
 
 def test_the_evidence_names_the_worst_checks_first(prometheus: str) -> None:
-    assert read(prometheus).seen["n2"].evidence == "gpu_ecc_uncorrectable 3, gpu_xid 3, hca_firmware mlx5_0"
+    seen = read(prometheus).seen
+    assert seen["n2"].evidence == "gpu_ecc_uncorrectable 3, gpu_xid 3, hca_firmware mlx5_0"
+    # UNKNOWN before WARNING; a status no agent writes is no evidence (and fails nothing).
+    assert seen["n15"].evidence == "gpu_health 1, nvlink 0"
 
 
 def test_a_verdict_from_a_series_that_stopped_is_not_a_verdict(prometheus: str) -> None:
@@ -109,6 +136,9 @@ def test_a_verdict_from_a_series_that_stopped_is_not_a_verdict(prometheus: str) 
     assert n4.state is None and n4.action is None
     stopped = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW - 615))
     assert n4.problem == f"its series stopped: its latest verdict (unhealthy replace) is from {stopped}"
+    # Exactly stale_seconds after its last sample it is still a verdict; a second later, not.
+    assert read(prometheus, NOW - 615 + STALE).seen["n4"].state == "unhealthy"
+    assert read(prometheus, NOW - 615 + STALE + 1).seen["n4"].state is None
     # The same words a minute later: said once.
     assert read(prometheus, NOW - 340).seen["n4"].problem == n4.problem
     # Just after it stopped it was still one; 10 minutes after, Prometheus has none for it.
@@ -122,8 +152,13 @@ def test_what_cannot_be_tied_to_one_node_is_not_a_verdict(prometheus: str) -> No
         reading.seen["n5"].problem or ""
     )
     assert reading.seen["n6"].state is None and "unexpected labels" in (reading.seen["n6"].problem or "")
-    (problem,) = reading.problems
-    assert "10.0.0.7:9845" in problem and "clusterhealth_node_info" in problem
+    # An action no agent writes, beside a state one does; an odd series beside a good one.
+    assert reading.seen["n11"].state is None and "unexpected labels" in (reading.seen["n11"].problem or "")
+    assert reading.seen["n13"].state is None and "unexpected labels" in (reading.seen["n13"].problem or "")
+    two_names, no_name = sorted(reading.problems)  # by the target's labels: 10.0.0.12 < 10.0.0.7
+    assert "10.0.0.7:9845" in no_name and "clusterhealth_node_info" in no_name
+    assert "10.0.0.12:9845" in two_names and "names itself ['n12', 'n12b']" in two_names
+    assert "n12" not in reading.seen and "n12b" not in reading.seen
     assert reading.queries == 7  # whatever the size of the fleet
 
 
@@ -132,6 +167,21 @@ def test_a_partial_answer_is_no_verdict_at_all(data: Path, tmp_path: Path) -> No
     shutil.copytree(data, copy)
     with serve(tmp_path, copy, partial=True) as url, pytest.raises(Partial, match="partial"):
         read(url)
+
+
+def test_a_partial_answer_fails_only_the_read_it_came_in(prometheus: str, data: Path, tmp_path: Path) -> None:
+    """One client serves every reconcile of a loop: a partial answer fails that reconcile's read,
+    not the next ones once the answers are whole again."""
+    copy = tmp_path / "tsdb"
+    shutil.copytree(data, copy)
+    with serve(tmp_path, copy, partial=True) as url:
+        client = Prometheus(url)
+        with pytest.raises(Partial):
+            verdicts.read(client, NOW, stale_seconds=STALE, windows=(HOLD, SETTLE))
+    client.url = prometheus
+    assert (
+        verdicts.read(client, NOW, stale_seconds=STALE, windows=(HOLD, SETTLE)).seen["n1"].state == "healthy"
+    )
 
 
 def test_an_unreachable_prometheus_is_no_verdict() -> None:
@@ -157,6 +207,26 @@ def test_a_fabric_suspect_makes_its_host_unhealthy_unless_it_is_worse() -> None:
         "fabric",
     )
     assert merged["n2"] == own["n2"]
+
+
+def test_a_fabric_suspect_wins_over_an_equal_action_and_over_a_degraded_node() -> None:
+    """The node's own verdict stands only when it is unhealthy with a heavier action: an equal one
+    gives way to the suspect (the evidence of both kept), and so does a degraded verdict, whatever
+    its action."""
+    own = {
+        "n1": Seen("n1", "unhealthy", "inspect", 900.0, "gpu_clocks 0"),
+        "n2": Seen("n2", "degraded", "replace", 900.0, "gpu_row_remap 0"),
+    }
+    suspects = {
+        n: Seen(n, "unhealthy", "inspect", math.inf, f"fabric f: {n} at 50%", source="fabric") for n in own
+    }
+    merged = verdicts.with_suspects(own, suspects)
+    assert (merged["n1"].source, merged["n1"].evidence) == ("fabric", "fabric f: n1 at 50%; gpu_clocks 0")
+    assert (merged["n2"].state, merged["n2"].action, merged["n2"].source) == (
+        "unhealthy",
+        "inspect",
+        "fabric",
+    )
 
 
 @pytest.fixture(scope="module")

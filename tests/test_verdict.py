@@ -213,6 +213,15 @@ def test_an_xid_finding_acts_on_the_xids_that_set_its_status() -> None:
     assert reason is not None and [x.code for x in reason.xids] == [79]
 
 
+def test_the_verdict_dates_from_the_first_of_its_findings() -> None:
+    """Two GPUs fell off the bus 300 s and 30 s ago: the node has been unhealthy since the first."""
+    verdict = judge(events=[xid(79, 1, 300), xid(79, 2, 30)])
+    assert (verdict.state, verdict.action.label) == ("unhealthy", "reboot")
+    dates = sorted(e.since for e in verdict.evidence if e.since is not None)
+    assert len(dates) == 2 and dates[0] < dates[1]
+    assert verdict.since == dates[0]
+
+
 def test_an_xid_no_gpu_was_found_for_is_evidence_without_a_gpu() -> None:
     verdict = judge(events=[xid(119, -1, 20, pci="PCI:0000:ab:00")])
     assert findings(verdict) == [("xid", "gpu_xid", "0000:ab:00.0", "CRITICAL", "reset_gpu")]
