@@ -83,7 +83,7 @@ def _history(n: int, end: float) -> tuple[str, dict[str, str]]:
     return "\n".join(out) + "\n", kinds
 
 
-def _serve(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -158,28 +158,39 @@ def _reconcile(url: str, server: subprocess.Popen[bytes], n: int, end: float, tr
     )
 
 
+def the_end() -> float:
+    """The moment the reconciles happen at (their clock): a whole minute, ten minutes ago."""
+    return math.floor(time.time() / 60) * 60 - 600
+
+
+def prepare(root: Path, n: int, end: float) -> tuple[dict[str, str], float]:
+    """N agents' history backfilled into ``root/tsdb``: what each node is, and the seconds it took."""
+    t0 = time.perf_counter()
+    text, kinds = _history(n, end)
+    (root / "history.om").write_text(text)
+    del text
+    subprocess.run(
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(root / "history.om"),
+            str(root / "tsdb"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (root / "history.om").unlink()
+    return kinds, time.perf_counter() - t0
+
+
 def measure(n: int, runs: int) -> None:
-    end = math.floor(time.time() / 60) * 60 - 600
+    end = the_end()
     with tempfile.TemporaryDirectory(prefix="remediate-scale-") as tmp:
         root = Path(tmp)
-        t0 = time.perf_counter()
-        text, kinds = _history(n, end)
-        (root / "history.om").write_text(text)
-        del text
-        subprocess.run(
-            [
-                "promtool",
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                str(root / "history.om"),
-                str(root / "tsdb"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        prepared = time.perf_counter() - t0
-        server, url = _serve(root)
+        kinds, prepared = prepare(root, n, end)
+        server, url = serve(root)
         try:
             done = [_reconcile(url, server, n, end) for _ in range(runs)]
             traced = _reconcile(url, server, n, end, traced=True)

@@ -339,6 +339,8 @@ class KubernetesBackend:
         self._eviction_version = EVICTION_VERSIONS[0]
         self._posted: dict[tuple[str, str], tuple[str, float]] = {}
         self._views: dict[str, NodeView] = {}
+        # The nodes we hold, as observe() listed them: the heartbeat's first guess of what they are.
+        self._listed: dict[str, dict[str, Any]] = {}
         self._quarantined: dict[str, tuple[Act, tuple[str, ...]]] = {}  # this reconcile's acts
 
     # --- the API ---------------------------------------------------------------------------
@@ -375,7 +377,8 @@ class KubernetesBackend:
         return node
 
     def _patch(self, name: str, body: dict[str, Any], status: bool = False) -> dict[str, Any]:
-        """A strategic-merge patch of the node (or of its status); _Refused on 409. The content type
+        """A strategic-merge patch of the node (or of its status); _Refused on 409 (it changed since
+        it was read) and 404 (it is gone): the callers read it again and decide. The content type
         is said, never left to the client: some versions send a JSON merge patch for a dict, which
         replaces the conditions list and drops the kubelet's Ready."""
         method = self.core.patch_node_status if status else self.core.patch_node
@@ -385,7 +388,7 @@ class KubernetesBackend:
                 what, method, name, body, _content_type=STRATEGIC, field_manager=COMPONENT
             )
         except _Refused as err:
-            if err.status == 409:
+            if err.status in (409, 404):
                 raise
             raise self._fail(what, err) from None
         return node
@@ -590,6 +593,7 @@ class KubernetesBackend:
         for act in self._history():
             history.setdefault(act.node, []).append(act)
         views: dict[str, NodeView] = {}
+        listed: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"limit": 500}
@@ -601,11 +605,13 @@ class KubernetesBackend:
                 raise self._fail("listing the nodes", err) from None
             for node in page.get("items") or []:
                 if isinstance(node, dict) and _name(node):
-                    views[_name(node)] = self._view(node, history.get(_name(node), []))
+                    view = views[_name(node)] = self._view(node, history.get(_name(node), []))
+                    if view.ours is not None:
+                        listed[view.name] = node
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 break
-        self._views = views
+        self._views, self._listed = views, listed
         self._quarantined = {}
         return Observation(views)
 
@@ -696,8 +702,8 @@ class KubernetesBackend:
             try:
                 written = self._patch(node.name, body)
                 break
-            except _Refused:
-                log.info("node %s changed since it was read (409): reading it again", node.name)
+            except _Refused as err:
+                log.info("node %s changed since it was read (%s): reading it again", node.name, err.status)
         else:
             raise BackendError(
                 f"node {node.name}: the cordon was refused {ATTEMPTS} times for a stale resourceVersion"
@@ -760,8 +766,8 @@ class KubernetesBackend:
                     body["spec"]["taints"] = [t for t in _taints(current) if t.get("key") != TAINT]
                 self._patch(node.name, body)
                 break
-            except _Refused:
-                log.info("node %s changed since it was read (409): reading it again", node.name)
+            except _Refused as err:
+                log.info("node %s changed since it was read (%s): reading it again", node.name, err.status)
         else:
             raise BackendError(
                 f"node {node.name}: the uncordon was refused {ATTEMPTS} times for a stale resourceVersion"
@@ -834,8 +840,8 @@ class KubernetesBackend:
                 if "spec" in body or "annotations" in metadata:
                     current = self._patch(act.node, body)
                 break
-            except _Refused:
-                log.info("node %s changed since it was read (409): reading it again", act.node)
+            except _Refused as err:
+                log.info("node %s changed since it was read (%s): reading it again", act.node, err.status)
         else:
             raise BackendError(
                 f"node {act.node}: removing our marks was refused {ATTEMPTS} times (stale resourceVersion)"
@@ -891,7 +897,8 @@ class KubernetesBackend:
         acts.update({name: act for name, (act, _) in self._quarantined.items()})
         for name, act in sorted(acts.items()):
             self._may_act()
-            self._heartbeat(name, act, now)
+            if name not in self._quarantined:  # those were written with this reconcile's heartbeat
+                self._heartbeat(name, act, now)
             due = now >= act.at + self.k.evict_after_seconds
             if self.k.evict and due and (name in asking or name in self._quarantined):
                 summary = self._evictions(name, now, dry_run=False)
@@ -899,8 +906,13 @@ class KubernetesBackend:
                     self._event_once(name, "Warning", "Evicting", f"{act.reason}: {summary}", now)
 
     def _heartbeat(self, name: str, act: Act, now: float) -> None:
+        """The heartbeat of our conditions on a node we hold. The node as observe() listed it is the
+        first guess (the write is guarded by its resourceVersion): a GET per held node and reconcile
+        would double the requests of a steady fleet; it is read again only when it changed since."""
+        node: dict[str, Any] | None = self._listed.get(name)
         for _ in range(ATTEMPTS):
-            node = self._read_node(name)
+            if node is None:
+                node = self._read_node(name)
             if node is None or not self._still_ours(node, act):
                 return
             kinds = [k for k, c in _conditions(node).items() if k in CONDITIONS and _ours(c, act)]
@@ -914,7 +926,7 @@ class KubernetesBackend:
                 self._patch(name, body, status=True)
                 return
             except _Refused:
-                continue
+                node = None
 
     def _evictions(self, name: str, now: float, *, dry_run: bool) -> str:
         """Evict (or, dry_run, ask the server whether it would evict) the pods that use the node's
