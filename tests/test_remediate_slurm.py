@@ -413,6 +413,10 @@ def test_reboot_when_enabled_is_slurms_reboot_with_our_reason(
     assert node.reason == "clusterhealth: reboot: unhealthy (verdict) : reboot issued"
     view = r.backend.observe(time.time()).nodes["n8"]
     assert view.ours == act and view.orphan is None and view.other is None
+    # Only Slurm's own words: an admin who adds to the reason has taken the node over.
+    slurm.scontrol("update", "NodeName=n8", f"Reason={node.reason}, PSU swap, keep out")
+    view = r.backend.observe(time.time()).nodes["n8"]
+    assert view.ours is None and view.orphan == act
     slurm.scontrol("update", "NodeName=n8", "State=RESUME")  # what a real reboot ends with, for reset()
 
 
