@@ -636,8 +636,14 @@ class Lab:
         """Wait the rounds, analysing after each; the last analysis (or why there is none) and the
         lab's own report."""
         period = self.spec.period
-        first = round_at(time.time(), period) + 1
+        # The path is shaped for the pair that meets first, before that round starts: half a
+        # period ahead at least, since a loaded machine takes its time over the tc commands (a
+        # round that starts before its pair is shaped measures it at full speed, and the path
+        # is never confirmed).
+        first = round_at(time.time() + period / 2, period) + 1
         path = self._degrade_path(first)
+        if path is not None and time.time() >= first * period:
+            raise LabError(f"shaping the path {path[0]}<->{path[1]} took past the start of its round")
         self.say(f"lab {self.prefix}: rounds {first} to {first + self.spec.rounds - 1}, {period:g} s each")
         history: list[dict[str, Any]] = []
         last: analysis.Analysis | None = None
