@@ -261,16 +261,24 @@ def read_history(
         node_info = prometheus.series(NODE_INFO, end - window, end)
         if len(node_info) != len({target_of(s.get("metric", {}), ("node",)) for s in node_info}):
             node_info = windows.read(prometheus, f"last_over_time({NODE_INFO}{w})")
-        reduced = reduce_series(
-            probe,
-            node_info=node_info,
-            rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
-            bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
-            # Only the runs that did not meet their expectation: the analysis judges a measured
-            # meeting by its bandwidth, and one that measured nothing by peer_success.
-            peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
-            expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end),
-        )
+        # One stream of queries, the rounds first (a result is tied to the round of its window),
+        # each answer reduced as it comes and dropped: a day of a large group is never held whole.
+        asked = [
+            ("rounds", q) for q in windows.queries(f"max_over_time({rounds}) == min_over_time({rounds})")
+        ]
+        asked += [("bandwidth", q) for q in windows.queries(f"last_over_time({bandwidth})", few_rounds)]
+        # Only the runs that did not meet their expectation: the analysis judges a measured
+        # meeting by its bandwidth, and one that measured nothing by peer_success.
+        asked += [("success", q) for q in windows.queries(f"last_over_time({success}) == 0", few_rounds)]
+        reducer = Reducer(probe, node_info)
+        answers = prometheus.query_ranges(q for _, q in asked)
+        for (family, _), answer in zip(asked, answers, strict=True):
+            if family == "rounds":
+                reducer.rounds(answer)
+            else:
+                reducer.results(answer, 0 if family == "bandwidth" else 1)
+            del answer
+        reduced = reducer.reduced(prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end))
         if not reduced.reports and not reduced.problems and not prometheus.partial_since(mark):
             raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
         history = History(
@@ -454,58 +462,86 @@ def reduce_series(
     (the round changed within it) it is left out, as the windows next to it hold it. Whatever
     cannot be tied to a node or a round is named in ``problems``.
     """
-    names: dict[Target, str] = {}
-    named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
-    for series in node_info:
-        labels = series.get("metric", {})
-        node = labels.get("node")
-        if not node:
-            continue
-        target = target_of(labels, ("node",))
-        if "values" in series:
-            at = named_at.setdefault(target, {})
-            for t, _ in points(series):
-                at[t] = node if at.get(t, node) == node else None
-        else:
-            names[target] = node
+    reducer = Reducer(probe, node_info)
+    reducer.rounds(rounds)
+    reducer.results(bandwidth, 0)
+    reducer.results(peer_success, 1)
+    return reducer.reduced(expected)
 
-    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
-    # wrote them (a time, a text), and only what is kept is converted.
-    round_at: dict[Target, dict[Any, int]] = {}
-    as_round: dict[Any, int | None] = {}
-    for series in rounds:
-        labels = series.get("metric", {})
-        if labels.get("probe") != probe:
-            continue
-        steps = round_at.setdefault(target_of(labels, ("probe",)), {})
-        for pair in series.get("values", ()):
-            try:
-                t, text = pair[0], pair[1]
-                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
-                if r is not None:
-                    steps[t] = r
-            except (TypeError, IndexError, KeyError):
+
+class Reducer:
+    """`reduce_series` an answer at a time: the names first, then every answer of the rounds, then
+    the results' (bandwidth before peer_success, each in the order Prometheus answered them)."""
+
+    def __init__(self, probe: str, node_info: Sequence[Mapping[str, Any]]) -> None:
+        self.probe = probe
+        self.names: dict[Target, str] = {}
+        self.named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
+        for series in node_info:
+            labels = series.get("metric", {})
+            node = labels.get("node")
+            if not node:
                 continue
+            target = target_of(labels, ("node",))
+            if "values" in series:
+                at = self.named_at.setdefault(target, {})
+                for t, _ in points(series):
+                    at[t] = node if at.get(t, node) == node else None
+            else:
+                self.names[target] = node
+        self.round_at: dict[Target, dict[Any, int]] = {}
+        self._as_round: dict[Any, int | None] = {}
+        # A window's time is one float for every series (not one per point): a day of sixteen
+        # thousand nodes is six million rounds to hold.
+        self._times: dict[Any, Any] = {}
+        self._peers: dict[str, str] = {}
+        self.found: dict[tuple[int, str, str], list[Any]] = {}
+        self.untied: dict[Target, str] = {}
 
-    found: dict[tuple[int, str, str], list[Any]] = {}
-    untied: dict[Target, str] = {}
+    def rounds(self, answer: Sequence[Mapping[str, Any]]) -> None:
+        """Per target, the round in each window in which it did not change."""
+        # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
+        # wrote them (a time, a text), and only what is kept is converted.
+        as_round, times = self._as_round, self._times
+        for series in answer:
+            labels = series.get("metric", {})
+            if labels.get("probe") != self.probe:
+                continue
+            steps = self.round_at.setdefault(target_of(labels, ("probe",)), {})
+            for pair in series.get("values", ()):
+                try:
+                    t, text = pair[0], pair[1]
+                    r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
+                    if r is not None:
+                        steps[times.setdefault(t, t)] = r
+                except (TypeError, IndexError, KeyError):
+                    continue
 
-    def add(series: Mapping[str, Any], slot: int) -> None:
+    def results(self, answer: Sequence[Mapping[str, Any]], slot: int) -> None:
+        """Per target and partner, the last result in each window: bandwidth (slot 0) or
+        peer_success (slot 1)."""
+        for series in answer:
+            self._add(series, slot)
+
+    def _add(self, series: Mapping[str, Any], slot: int) -> None:
         labels = series.get("metric", {})
-        if labels.get("probe") != probe:
+        if labels.get("probe") != self.probe:
             return
         peer = labels.get("peer", "")
         if not peer:
             return  # a node-local probe of the same name: not a meeting
+        peer = self._peers.setdefault(peer, peer)
         target = target_of(labels, ("probe", "peer"))
+        names, named_at = self.names, self.named_at
         if target not in names and target not in named_at:
-            untied[target] = f"{show_target(target)} exports {probe} results but no {NODE_INFO}"
+            self.untied[target] = f"{show_target(target)} exports {self.probe} results but no {NODE_INFO}"
             return
-        steps = round_at.get(target)
+        steps = self.round_at.get(target)
         if steps is None:
-            untied[target] = f"{show_target(target)} exports {probe} results without {ROUND}"
+            self.untied[target] = f"{show_target(target)} exports {self.probe} results without {ROUND}"
             return
         fixed, at = names.get(target), named_at.get(target)
+        found = self.found
         for pair in series.get("values", ()):
             try:
                 t, text = pair[0], pair[1]
@@ -523,35 +559,34 @@ def reduce_series(
             entry[slot] = text
             entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
 
-    for series in bandwidth:
-        add(series, 0)
-    for series in peer_success:
-        add(series, 1)
-
-    reports = []
-    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
-        bw, ok = number(bw_text), number(ok_text)
-        bandwidth_value = bw if bw is not None and bw > 0 else None
-        success = None if ok is None else ok >= 0.5
-        seen, until = number(first), number(last)
-        if seen is None or until is None:
-            continue
-        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
-    exporting = {names[t] for t in round_at if t in names}
-    exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
-    expectations = [
-        v
-        for series in expected
-        if series.get("metric", {}).get("probe") == probe
-        for _, v in points(series)[-1:]
-        if math.isfinite(v) and v > 0
-    ]
-    return Reduced(
-        reports,
-        exporting,
-        statistics.median(expectations) if expectations else None,
-        sorted(untied.values()),
-    )
+    def reduced(self, expected: Sequence[Mapping[str, Any]] = ()) -> Reduced:
+        """The reports of what was taken, and the agents' expectation (``expected``)."""
+        reports = []
+        for (r, node, peer), (bw_text, ok_text, first, last) in self.found.items():
+            bw, ok = number(bw_text), number(ok_text)
+            bandwidth_value = bw if bw is not None and bw > 0 else None
+            success = None if ok is None else ok >= 0.5
+            seen, until = number(first), number(last)
+            if seen is None or until is None:
+                continue
+            report = Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until))
+            reports.append(report)
+        names, named_at, round_at = self.names, self.named_at, self.round_at
+        exporting = {names[t] for t in round_at if t in names}
+        exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
+        expectations = [
+            v
+            for series in expected
+            if series.get("metric", {}).get("probe") == self.probe
+            for _, v in points(series)[-1:]
+            if math.isfinite(v) and v > 0
+        ]
+        return Reduced(
+            reports,
+            exporting,
+            statistics.median(expectations) if expectations else None,
+            sorted(self.untied.values()),
+        )
 
 
 def _whole(text: Any) -> int | None:

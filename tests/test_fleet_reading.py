@@ -1,0 +1,140 @@
+"""The history as `analyze` reads it now (range queries in flight side by side, each answer reduced as
+it comes and dropped) against the reading it replaces (one query after another, every answer held,
+then reduced whole), on the shared fabric store (tests/fabric_store.py): the same History, also
+when the answers come back in the reverse of the order asked.
+
+The groups' windows are narrower than a minute (rounds of 120 s), so each family is read in two
+interleaved queries (``Windows``' stride): an answer taken out of turn would tie a result to
+another window than the whole reading does."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from clusterhealth.checks.fabric import analysis
+from clusterhealth.fleet import pairwise
+from clusterhealth.fleet.pairwise import BANDWIDTH, EXPECTED, PEER_SUCCESS, ROUND, History
+from clusterhealth.fleet.prometheus import Prometheus, Windows
+
+from .fabric_store import Servers
+
+WINDOW = 7200.0
+GROUPS = (
+    "hostfault",
+    "pathfault",
+    "renamed",
+    "unreachable",
+    "jobfault",
+    "partial",
+    "noisefaults",
+    "treeuplink",
+)
+
+
+@pytest.fixture(scope="module")
+def servers(fabric_store: Servers) -> Servers:
+    return fabric_store
+
+
+def _whole(url: str, probe: str, end: float) -> dict[str, Any]:
+    """The reading before streaming (fleet/pairwise.py as of 0.2.0), one query at a time."""
+    prometheus = Prometheus(url, parallel=1)
+    history = pairwise.read_history(prometheus, probe, WINDOW, now=end, allow_partial=True, jobs=False)
+    windows = Windows(end, history.step, max(int(WINDOW // history.step), 1), prometheus.holds_left_edge(end))
+    w, match = windows.selector, f'probe="{probe}"'
+    few_rounds = max(1, math.ceil(pairwise.ROUNDS_PER_QUERY * history.period / history.step))
+    rounds = f"{ROUND}{{{match}}}{w}"
+    reduced = pairwise.reduce_series(
+        probe,
+        node_info=history.node_info,
+        rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
+        bandwidth=windows.read(prometheus, f'last_over_time({BANDWIDTH}{{{match},peer!=""}}{w})', few_rounds),
+        peer_success=windows.read(
+            prometheus, f'last_over_time({PEER_SUCCESS}{{{match},peer!=""}}{w}) == 0', few_rounds
+        ),
+        expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}[{math.ceil(WINDOW)}s])", end),
+    )
+    return {
+        "meetings": analysis.merge(reduced.reports),
+        "nodes": reduced.nodes,
+        "expected": reduced.expected,
+        "untied": reduced.problems,
+        "period": history.period,
+        "step": history.step,
+    }
+
+
+def _read(url: str, probe: str, end: float) -> History:
+    return pairwise.read_history(Prometheus(url, parallel=4), probe, WINDOW, now=end, allow_partial=True)
+
+
+def _same(history: History, whole: dict[str, Any]) -> None:
+    assert history.meetings, "a group without meetings compares nothing"
+    assert history.meetings == whole["meetings"]
+    assert history.nodes == whole["nodes"] and history.expected == whole["expected"]
+    assert history.untied == whole["untied"]
+    assert (history.period, history.step) == (whole["period"], whole["step"])
+
+
+@pytest.fixture
+def reversed_answers(servers: Servers) -> Iterator[str]:
+    """The first Prometheus behind a proxy that sends each range query's answer only after the
+    answer of the request that came after it (or after 0.1 s), so that parallel answers come
+    back in the reverse of the order asked."""
+    lock, arrived, sent = threading.Lock(), [0], threading.Condition()
+    # The last of a batch in flight has no later request to wait for: it waits 0.1 s.
+    done: set[int] = set()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with urllib.request.urlopen(servers.url + self.path, timeout=60) as response:
+                body = response.read()
+            if "/query_range" in self.path:
+                with lock:
+                    arrived[0] += 1
+                    mine = arrived[0]
+                with sent:
+                    sent.wait_for(lambda: mine + 1 in done, timeout=0.1)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            if "/query_range" in self.path:
+                with sent:
+                    done.add(mine)
+                    sent.notify_all()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        thread.join(timeout=30)
+
+
+@pytest.mark.parametrize("probe", GROUPS)
+def test_the_streamed_reading_gives_the_history_of_the_whole_reading(servers: Servers, probe: str) -> None:
+    end = time.time()
+    _same(_read(servers.url, probe, end), _whole(servers.url, probe, end))
+
+
+def test_answers_that_come_back_out_of_order_are_taken_in_order(
+    servers: Servers, reversed_answers: str
+) -> None:
+    end = time.time()
+    _same(_read(reversed_answers, "noisefaults", end), _whole(servers.url, "noisefaults", end))
