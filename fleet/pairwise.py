@@ -231,18 +231,11 @@ def read_history(
     mark = prometheus.mark()
     selector = f"[{math.ceil(window)}s]"
     with no_collection_pauses():
+        discovered = probe is None
         if probe is None:
-            found = prometheus.query(f"count by (probe) (last_over_time({ROUND}{selector}))", end)
-            names = sorted({s.get("metric", {}).get("probe", "") for s in found} - {""})
-            if not names:
-                raise NoVerdict(f"no pairwise probe results ({ROUND}) in Prometheus over the window")
-            if len(names) > 1:
-                raise NoVerdict(
-                    f"several pairwise probe groups ({', '.join(names)}): choose one with --probe"
-                )
-            probe = names[0]
+            probe = _only_probe(prometheus, selector, end, window)
         match = f'probe="{probe}"'
-        period = _period(prometheus, probe, match, selector, end, window)
+        period = _period(prometheus, probe, match, selector, end, window, discovered)
         step = max(step if step is not None else window_width(period), 0.001)
         windows = Windows(end, step, max(int(window // step), 1), prometheus.holds_left_edge(end))
         w = windows.selector
@@ -409,8 +402,36 @@ def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]]
     return jobs
 
 
+def _only_probe(prometheus: Prometheus, selector: str, end: float, window: float) -> str:
+    """The name of the only group with results in the window; NoVerdict when there are none or several.
+
+    The names come from the index (no sample read): a superset, which may hold a group whose
+    last results came just before the window. Only when it holds several is the exact answer
+    asked, which reads every round number of the window."""
+    names = sorted(set(prometheus.label_values("probe", ROUND, end - window, end)) - {""})
+    if len(names) > 1:
+        found = prometheus.query(f"count by (probe) (last_over_time({ROUND}{selector}))", end)
+        names = sorted({s.get("metric", {}).get("probe", "") for s in found} - {""})
+    if not names:
+        raise NoVerdict(NO_GROUP)
+    if len(names) > 1:
+        raise NoVerdict(f"several pairwise probe groups ({', '.join(names)}): choose one with --probe")
+    return names[0]
+
+
+NO_GROUP = f"no pairwise probe results ({ROUND}) in Prometheus over the window"
+# Every agent of a live group has exported its round within this much of the window's end.
+RECENT_SECONDS = 300
+
+
 def _period(
-    prometheus: Prometheus, probe: str, match: str, selector: str, end: float, window: float
+    prometheus: Prometheus,
+    probe: str,
+    match: str,
+    selector: str,
+    end: float,
+    window: float,
+    discovered: bool = False,
 ) -> float:
     """The group's round period, in seconds.
 
@@ -418,15 +439,38 @@ def _period(
     number and the time give the period to well under a second. Should the numbers not follow
     that rule, the number of round changes in the window gives an upper bound.
     """
-    latest = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
-    values = [float(s["value"][1]) for s in latest if "value" in s]
-    if not values:
-        raise NoVerdict(f"no results of probe {probe} ({ROUND}) in Prometheus over the window")
-    if values[0] >= 1 and end / (values[0] + 0.5) <= window:
-        return end / (values[0] + 0.5)
+    latest = _latest_round(prometheus, match, selector, end, window)
+    if latest is None:
+        # As the question "which group?" answers when the index named one with no result in the window.
+        raise NoVerdict(
+            NO_GROUP if discovered else f"no results of probe {probe} ({ROUND}) in Prometheus over the window"
+        )
+    if latest >= 1 and end / (latest + 0.5) <= window:
+        return end / (latest + 0.5)
     changes = prometheus.query(f"max(changes({ROUND}{{{match}}}{selector}))", end)
     counted = [float(s["value"][1]) for s in changes if "value" in s]
     return window / (max(counted, default=0.0) + 1)
+
+
+def _latest_round(
+    prometheus: Prometheus, match: str, selector: str, end: float, window: float
+) -> float | None:
+    """The highest of the group's last round numbers in the window (each node's last); None without any.
+
+    Read from the window's last ``RECENT_SECONDS`` when every round series of the window has a
+    sample there (each one's last sample of the window is then among them): a few samples a node
+    instead of the whole window's. The series of the window are listed from the index, a superset:
+    as many answering as listed is all of them. Otherwise, or on a value that is not a number, the
+    whole window is read."""
+    recent = f"[{math.ceil(min(RECENT_SECONDS, window))}s]"
+    listed = prometheus.series(f"{ROUND}{{{match}}}", end - window, end)
+    found = prometheus.query(f"last_over_time({ROUND}{{{match}}}{recent})", end)
+    values = [number(s["value"][1]) for s in found if "value" in s]
+    if found and len(found) >= len(listed) and None not in values:
+        return max(v for v in values if v is not None)
+    whole = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
+    maxima = [float(s["value"][1]) for s in whole if "value" in s]
+    return maxima[0] if maxima else None
 
 
 # --- from Prometheus's answers to reports -------------------------------------------------------

@@ -127,6 +127,13 @@ class Prometheus:
         params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         return [{"metric": labels} for labels in self._get("/api/v1/series", params, "data")]
 
+    def label_values(self, name: str, match: str, start: float, end: float) -> list[str]:
+        """The values of label ``name`` on the series ``match`` selects that have samples between
+        start and end, from the index (no sample is read): Prometheus and VictoriaMetrics answer
+        those of every block (Prometheus) or day (VictoriaMetrics) that overlaps, a superset."""
+        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        return [str(v) for v in self._get(f"/api/v1/label/{name}/values", params, "data")]
+
     def holds_left_edge(self, at: float) -> bool:
         """Whether the store's range selector ``[w]`` at ``t`` holds a sample that lies exactly at
         ``t - w``: Prometheus before 3.0 does (``[t - w, t]``), VictoriaMetrics and Prometheus 3 do

@@ -22,7 +22,7 @@ import pytest
 from clusterhealth.checks.fabric import analysis
 from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.pairwise import BANDWIDTH, EXPECTED, PEER_SUCCESS, ROUND, History
-from clusterhealth.fleet.prometheus import Prometheus, Windows
+from clusterhealth.fleet.prometheus import Prometheus, Windows, target_of
 
 from .fabric_store import Servers
 
@@ -45,30 +45,37 @@ def servers(fabric_store: Servers) -> Servers:
 
 
 def _whole(url: str, probe: str, end: float) -> dict[str, Any]:
-    """The reading before streaming (fleet/pairwise.py as of 0.2.0), one query at a time."""
+    """The reading before streaming (fleet/pairwise.py as of 0.2.0), one query at a time: the
+    period from every round number of the window, every answer held, then reduced whole."""
     prometheus = Prometheus(url, parallel=1)
-    history = pairwise.read_history(prometheus, probe, WINDOW, now=end, allow_partial=True, jobs=False)
-    windows = Windows(end, history.step, max(int(WINDOW // history.step), 1), prometheus.holds_left_edge(end))
-    w, match = windows.selector, f'probe="{probe}"'
-    few_rounds = max(1, math.ceil(pairwise.ROUNDS_PER_QUERY * history.period / history.step))
+    selector, match = f"[{math.ceil(WINDOW)}s]", f'probe="{probe}"'
+    (latest,) = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
+    period = end / (float(latest["value"][1]) + 0.5)
+    step = pairwise.window_width(period)
+    windows = Windows(end, step, max(int(WINDOW // step), 1), prometheus.holds_left_edge(end))
+    node_info = prometheus.series(pairwise.NODE_INFO, end - WINDOW, end)
+    if len(node_info) != len({target_of(s["metric"], ("node",)) for s in node_info}):
+        node_info = windows.read(prometheus, f"last_over_time({pairwise.NODE_INFO}{windows.selector})")
+    w = windows.selector
+    few_rounds = max(1, math.ceil(pairwise.ROUNDS_PER_QUERY * period / step))
     rounds = f"{ROUND}{{{match}}}{w}"
     reduced = pairwise.reduce_series(
         probe,
-        node_info=history.node_info,
+        node_info=node_info,
         rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
         bandwidth=windows.read(prometheus, f'last_over_time({BANDWIDTH}{{{match},peer!=""}}{w})', few_rounds),
         peer_success=windows.read(
             prometheus, f'last_over_time({PEER_SUCCESS}{{{match},peer!=""}}{w}) == 0', few_rounds
         ),
-        expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}[{math.ceil(WINDOW)}s])", end),
+        expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end),
     )
     return {
         "meetings": analysis.merge(reduced.reports),
         "nodes": reduced.nodes,
         "expected": reduced.expected,
         "untied": reduced.problems,
-        "period": history.period,
-        "step": history.step,
+        "period": period,
+        "step": step,
     }
 
 
