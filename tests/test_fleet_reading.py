@@ -10,6 +10,7 @@ another window than the whole reading does."""
 from __future__ import annotations
 
 import math
+import subprocess
 import threading
 import time
 import urllib.request
@@ -24,7 +25,7 @@ from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.pairwise import BANDWIDTH, EXPECTED, PEER_SUCCESS, ROUND, History
 from clusterhealth.fleet.prometheus import Prometheus, Windows, target_of
 
-from .fabric_store import Servers
+from .fabric_store import Servers, _serve, tool
 
 WINDOW = 7200.0
 GROUPS = (
@@ -145,3 +146,71 @@ def test_answers_that_come_back_out_of_order_are_taken_in_order(
 ) -> None:
     end = time.time()
     _same(_read(reversed_answers, "noisefaults", end), _whole(servers.url, "noisefaults", end))
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    """A Prometheus holding two groups of two agents over the last two hours, rounds of 900 s:
+    ``live``, both scraped to the end, and ``skewed``, whose second agent stopped an hour before
+    the end with a clock ten rounds ahead, so that its last round number is the group's highest
+    (what the period is read from) and none of its samples is recent. The window's end."""
+    root = tmp_path_factory.mktemp("skewed")
+    last = time.time() // 900 * 900 - 900
+    lines = ["# TYPE clusterhealth_probe_round gauge"]
+    for probe, instance, until, ahead in (
+        ("live", "a", last, 0),
+        ("live", "b", last, 0),
+        ("skewed", "a", last, 0),
+        ("skewed", "b", last - 3600, 10),
+    ):
+        for t in range(int(last - 7200), int(until) + 1, 15):
+            labels = f'instance="{instance}:9845",job="clusterhealth",probe="{probe}"'
+            lines.append(f"clusterhealth_probe_round{{{labels}}} {t // 900 + ahead} {t}.000")
+    lines.append("# EOF")
+    (root / "data.om").write_text("\n".join(lines) + "\n")
+    data = root / "tsdb"
+    subprocess.run(
+        [tool("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(data)],
+        check=True,
+        capture_output=True,
+    )
+    process, url = _serve(tool("prometheus"), root, data, "scrape_configs: []\n")
+    try:
+        yield url, last + 1
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+class _Asked(Prometheus):
+    """A client that keeps the instant queries it asked."""
+
+    asked: list[str]
+
+    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        self.asked = [*getattr(self, "asked", []), promql]
+        return super().query(promql, at)
+
+
+def _exact_period(client: Prometheus, probe: str, end: float) -> float:
+    (latest,) = client.query(f'max(last_over_time({ROUND}{{probe="{probe}"}}[{int(WINDOW)}s]))', end)
+    return end / (float(latest["value"][1]) + 0.5)
+
+
+def test_the_period_of_a_live_group_is_read_from_its_recent_round_numbers(skewed: tuple[str, float]) -> None:
+    url, end = skewed
+    client = _Asked(url)
+    period = pairwise._period(client, "live", 'probe="live"', f"[{int(WINDOW)}s]", end, WINDOW)
+    assert not any(f"[{int(WINDOW)}s]" in q for q in client.asked), client.asked
+    assert period == _exact_period(client, "live", end) and abs(period - 900) < 0.01
+
+
+def test_the_period_is_read_from_the_whole_window_when_an_agent_has_no_recent_round(
+    skewed: tuple[str, float],
+) -> None:
+    url, end = skewed
+    client = _Asked(url)
+    period = pairwise._period(client, "skewed", 'probe="skewed"', f"[{int(WINDOW)}s]", end, WINDOW)
+    # The agent ten rounds ahead, silent for the last hour, holds the highest last round number:
+    # not the round of the agent scraped to the end.
+    assert period == _exact_period(client, "skewed", end) and period < end / ((end - 1) // 900 + 0.5)
