@@ -44,12 +44,14 @@ results that cannot be tied to a node or a round. Without ``allow_partial`` it i
 
 from __future__ import annotations
 
+import array
 import dataclasses
+import itertools
 import math
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,8 +258,11 @@ def read_history(
             node_info = windows.read(prometheus, f"last_over_time({NODE_INFO}{w})")
         # One stream of queries, the rounds first (a result is tied to the round of its window),
         # each answer reduced as it comes and dropped: a day of a large group is never held whole.
+        # The rounds too are asked a few rounds at a time: every node's round in every window of a
+        # day in one answer is a gigabyte of Python objects at sixteen thousand nodes.
         asked = [
-            ("rounds", q) for q in windows.queries(f"max_over_time({rounds}) == min_over_time({rounds})")
+            ("rounds", q)
+            for q in windows.queries(f"max_over_time({rounds}) == min_over_time({rounds})", few_rounds)
         ]
         asked += [("bandwidth", q) for q in windows.queries(f"last_over_time({bandwidth})", few_rounds)]
         # Only the runs that did not meet their expectation: the analysis judges a measured
@@ -271,8 +276,9 @@ def read_history(
             else:
                 reducer.results(answer, 0 if family == "bandwidth" else 1)
             del answer
-        reduced = reducer.reduced(prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end))
-        if not reduced.reports and not reduced.problems and not prometheus.partial_since(mark):
+        expected = reducer.expected(prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end))
+        meetings = analysis.merge(reducer.reports(drain=True))
+        if not reducer.reported and not reducer.untied and not prometheus.partial_since(mark):
             raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
         history = History(
             probe=probe,
@@ -280,12 +286,12 @@ def read_history(
             window=window,
             period=period,
             step=step,
-            meetings=analysis.merge(reduced.reports),
-            nodes=reduced.nodes,
-            expected=reduced.expected,
+            meetings=meetings,
+            nodes=reducer.nodes(),
+            expected=expected,
             jobs=None,
             warnings=[],
-            untied=reduced.problems,
+            untied=reducer.problems(),
             node_info=node_info,
         )
         history.placement = _placement(prometheus, history)
@@ -533,33 +539,59 @@ class Reducer:
                     at[t] = node if at.get(t, node) == node else None
             else:
                 self.names[target] = node
-        self.round_at: dict[Target, dict[Any, int]] = {}
+        # Per target, its round in each window, by the window's index (``_window``): a day of
+        # sixteen thousand nodes is six million of them, eight bytes each in an array; a round
+        # too large for one is kept in ``_huge``.
+        self.round_at: dict[Target, array.array[int]] = {}
+        self._huge: dict[tuple[Target, int], int] = {}
+        self._window: dict[Any, int] = {}  # a window's time, as Prometheus wrote it: its index
+        self._at: list[Any] = []  # each index's time (one object for every series' points)
         self._as_round: dict[Any, int | None] = {}
-        # A window's time is one float for every series (not one per point): a day of sixteen
-        # thousand nodes is six million rounds to hold.
-        self._times: dict[Any, Any] = {}
         self._peers: dict[str, str] = {}
         self.found: dict[tuple[int, str, str], list[Any]] = {}
+        self.reported = 0  # reports given
         self.untied: dict[Target, str] = {}
 
     def rounds(self, answer: Sequence[Mapping[str, Any]]) -> None:
         """Per target, the round in each window in which it did not change."""
         # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
         # wrote them (a time, a text), and only what is kept is converted.
-        as_round, times = self._as_round, self._times
+        as_round, window = self._as_round, self._window
         for series in answer:
             labels = series.get("metric", {})
             if labels.get("probe") != self.probe:
                 continue
-            steps = self.round_at.setdefault(target_of(labels, ("probe",)), {})
+            target = target_of(labels, ("probe",))
+            steps = self.round_at.setdefault(target, array.array("q"))
             for pair in series.get("values", ()):
                 try:
                     t, text = pair[0], pair[1]
                     r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
-                    if r is not None:
-                        steps[times.setdefault(t, t)] = r
+                    if r is None:
+                        continue
+                    i = window.get(t)
                 except (TypeError, IndexError, KeyError):
                     continue
+                if i is None:
+                    i = window[t] = len(self._at)
+                    self._at.append(t)
+                if i >= len(steps):
+                    steps.extend(itertools.repeat(_NO_ROUND, i + 1 - len(steps)))
+                if _NO_ROUND < r < 2**63 and r != _HUGE:
+                    steps[i] = r
+                else:
+                    steps[i] = _HUGE
+                    self._huge[(target, i)] = r
+
+    def _round(self, target: Target, steps: array.array[int], t: Any) -> int | None:
+        """The target's round in the window that ends at ``t``; None: none (or not one)."""
+        i = self._window.get(t)
+        if i is None or i >= len(steps):
+            return None
+        r = steps[i]
+        if r == _NO_ROUND:
+            return None
+        return self._huge.get((target, i), r) if r == _HUGE else r
 
     def results(self, answer: Sequence[Mapping[str, Any]], slot: int) -> None:
         """Per target and partner, the last result in each window: bandwidth (slot 0) or
@@ -585,16 +617,17 @@ class Reducer:
             self.untied[target] = f"{show_target(target)} exports {self.probe} results without {ROUND}"
             return
         fixed, at = names.get(target), named_at.get(target)
-        found = self.found
+        found, window, times = self.found, self._window, self._at
         for pair in series.get("values", ()):
             try:
                 t, text = pair[0], pair[1]
-                r = steps.get(t)
+                r = self._round(target, steps, t)
             except (TypeError, IndexError, KeyError):
                 continue
             node = fixed if at is None else at.get(t)
             if r is None or node is None:
                 continue  # the round (or the name) changed in this window
+            t = times[window[t]]
             key = (r, node, peer)
             entry = found.get(key)
             if entry is None:
@@ -605,19 +638,32 @@ class Reducer:
 
     def reduced(self, expected: Sequence[Mapping[str, Any]] = ()) -> Reduced:
         """The reports of what was taken, and the agents' expectation (``expected``)."""
-        reports = []
-        for (r, node, peer), (bw_text, ok_text, first, last) in self.found.items():
+        return Reduced(list(self.reports()), self.nodes(), self.expected(expected), self.problems())
+
+    def reports(self, drain: bool = False) -> Iterator[Report]:
+        """A report per node, partner and round taken; ``drain``: each taken out as it is given
+        (in no order: `analysis.merge` sorts), so that a day's reports are never all held."""
+        found = self.found
+        entries = (found.popitem() for _ in range(len(found))) if drain else iter(list(found.items()))
+        for (r, node, peer), (bw_text, ok_text, first, last) in entries:
             bw, ok = number(bw_text), number(ok_text)
             bandwidth_value = bw if bw is not None and bw > 0 else None
             success = None if ok is None else ok >= 0.5
             seen, until = number(first), number(last)
             if seen is None or until is None:
                 continue
-            report = Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until))
-            reports.append(report)
+            self.reported += 1
+            yield Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until))
+
+    def nodes(self) -> set[str]:
+        """The names of the nodes whose agents export the group's rounds."""
         names, named_at, round_at = self.names, self.named_at, self.round_at
         exporting = {names[t] for t in round_at if t in names}
         exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
+        return exporting
+
+    def expected(self, expected: Sequence[Mapping[str, Any]]) -> float | None:
+        """The median of the agents' expectations (the answer of their query), if any."""
         expectations = [
             v
             for series in expected
@@ -625,12 +671,15 @@ class Reducer:
             for _, v in points(series)[-1:]
             if math.isfinite(v) and v > 0
         ]
-        return Reduced(
-            reports,
-            exporting,
-            statistics.median(expectations) if expectations else None,
-            sorted(self.untied.values()),
-        )
+        return statistics.median(expectations) if expectations else None
+
+    def problems(self) -> list[str]:
+        """The results that could not be tied to a node or a round, and why."""
+        return sorted(self.untied.values())
+
+
+# Array values that are not a round: none in that window, or one too large (kept apart).
+_NO_ROUND, _HUGE = -(2**63), -(2**63) + 1
 
 
 def _whole(text: Any) -> int | None:
