@@ -144,9 +144,9 @@ def _compactions(url: str) -> float:
     return 0.0
 
 
-def child(url: str, end: float, window: float, profile: str | None, save: str | None) -> None:
+def child(url: str, end: float, window: float, profile: str | None, save: str | None, parallel: int) -> None:
     """One analyze run, as the command runs it, in this (new) process; its figures on stdout."""
-    client = Prometheus(url, timeout=600)
+    client = Prometheus(url, timeout=600, parallel=parallel)
     began = time.perf_counter()
     profiler = cProfile.Profile() if profile else None
     if profiler:
@@ -179,9 +179,12 @@ def child(url: str, end: float, window: float, profile: str | None, save: str | 
     )
 
 
-def timed(url: str, server: psutil.Process, end: float, window: float, **options: str) -> dict[str, float]:
+def timed(
+    url: str, server: psutil.Process, end: float, window: float, parallel: int, **options: str
+) -> dict[str, float]:
     before, load = server.cpu_times(), os.getloadavg()[0]
     command = [sys.executable, __file__, "--child", url, "--end", str(end), "--window-seconds", str(window)]
+    command += ["--parallel", str(parallel)]
     for key, value in options.items():
         command += [f"--{key}", value]
     t0 = time.perf_counter()
@@ -212,13 +215,21 @@ def main() -> None:
     parser.add_argument("--data", default="", help="where the blocks are kept (default: a temporary one)")
     parser.add_argument("--profile", action="store_true", help="a cProfile of one more run")
     parser.add_argument("--save", default="", help="write a run's JSON verdict here")
+    parser.add_argument("--parallel", type=int, default=4, help="range queries in flight at once")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--end", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--window-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.end, args.window_seconds, args.profile_to or None, args.save or None)
+        child(
+            args.child,
+            args.end,
+            args.window_seconds,
+            args.profile_to or None,
+            args.save or None,
+            args.parallel,
+        )
         return
     root = Path(args.data or f"/var/tmp/analyze-scale-{os.getpid()}") / f"n{args.nodes}"
     try:
@@ -238,8 +249,17 @@ def main() -> None:
             settled = _settle(serving, url)
             print(f"Prometheus ready in {startup:.1f} s, compacted in {settled:.0f} s more", flush=True)
             window = args.hours * 3600
-            runs = [timed(url, serving, meta["end"], window, **({"save": args.save} if args.save else {}))]
-            runs += [timed(url, serving, meta["end"], window) for _ in range(args.runs)]
+            runs = [
+                timed(
+                    url,
+                    serving,
+                    meta["end"],
+                    window,
+                    args.parallel,
+                    **({"save": args.save} if args.save else {}),
+                )
+            ]
+            runs += [timed(url, serving, meta["end"], window, args.parallel) for _ in range(args.runs)]
             print(
                 "\n| run | wall | analyze CPU | Prometheus CPU | waiting for answers | decoding the JSON "
                 "| peak RSS | queries | JSON | meetings | load (1 min) |"
@@ -257,7 +277,7 @@ def main() -> None:
             print(f"\nSuspects named: {', '.join(name for _, name in runs[0]['suspects'])}", flush=True)
             if args.profile:
                 target = root / "analyze.prof"
-                timed(url, serving, meta["end"], window, **{"profile-to": str(target)})
+                timed(url, serving, meta["end"], window, args.parallel, **{"profile-to": str(target)})
                 out = io.StringIO()
                 pstats.Stats(str(target), stream=out).sort_stats("cumulative").print_stats(30)
                 print("\n```\n" + out.getvalue() + "```")

@@ -556,13 +556,15 @@ class Reducer:
         """Per target, the round in each window in which it did not change."""
         # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
         # wrote them (a time, a text), and only what is kept is converted.
-        as_round, window = self._as_round, self._window
+        as_round, window, times, huge = self._as_round, self._window, self._at, self._huge
         for series in answer:
             labels = series.get("metric", {})
             if labels.get("probe") != self.probe:
                 continue
             target = target_of(labels, ("probe",))
-            steps = self.round_at.setdefault(target, array.array("q"))
+            steps = self.round_at.get(target)
+            if steps is None:
+                steps = self.round_at[target] = array.array("q", [_NO_ROUND]) * len(times)
             for pair in series.get("values", ()):
                 try:
                     t, text = pair[0], pair[1]
@@ -573,25 +575,15 @@ class Reducer:
                 except (TypeError, IndexError, KeyError):
                     continue
                 if i is None:
-                    i = window[t] = len(self._at)
-                    self._at.append(t)
+                    i = window[t] = len(times)
+                    times.append(t)
                 if i >= len(steps):
                     steps.extend(itertools.repeat(_NO_ROUND, i + 1 - len(steps)))
                 if _NO_ROUND < r < 2**63 and r != _HUGE:
                     steps[i] = r
                 else:
                     steps[i] = _HUGE
-                    self._huge[(target, i)] = r
-
-    def _round(self, target: Target, steps: array.array[int], t: Any) -> int | None:
-        """The target's round in the window that ends at ``t``; None: none (or not one)."""
-        i = self._window.get(t)
-        if i is None or i >= len(steps):
-            return None
-        r = steps[i]
-        if r == _NO_ROUND:
-            return None
-        return self._huge.get((target, i), r) if r == _HUGE else r
+                    huge[(target, i)] = r
 
     def results(self, answer: Sequence[Mapping[str, Any]], slot: int) -> None:
         """Per target and partner, the last result in each window: bandwidth (slot 0) or
@@ -617,22 +609,24 @@ class Reducer:
             self.untied[target] = f"{show_target(target)} exports {self.probe} results without {ROUND}"
             return
         fixed, at = names.get(target), named_at.get(target)
-        found, window, times = self.found, self._window, self._at
+        found, window, times, size = self.found, self._window, self._at, len(steps)
         for pair in series.get("values", ()):
             try:
                 t, text = pair[0], pair[1]
-                r = self._round(target, steps, t)
+                i = window.get(t)
             except (TypeError, IndexError, KeyError):
                 continue
+            if i is None or i >= size or steps[i] == _NO_ROUND:
+                continue  # the round changed in this window (or none was read)
+            r = steps[i] if steps[i] != _HUGE else self._huge[(target, i)]
             node = fixed if at is None else at.get(t)
-            if r is None or node is None:
-                continue  # the round (or the name) changed in this window
-            t = times[window[t]]
+            if node is None:
+                continue  # the name changed in this window
+            t = times[i]
             key = (r, node, peer)
             entry = found.get(key)
             if entry is None:
-                found[key] = [None, None, t, t]
-                entry = found[key]
+                entry = found[key] = [None, None, t, t]
             entry[slot] = text
             entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
 

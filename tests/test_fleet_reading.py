@@ -214,3 +214,23 @@ def test_the_period_is_read_from_the_whole_window_when_an_agent_has_no_recent_ro
     # The agent ten rounds ahead, silent for the last hour, holds the highest last round number:
     # not the round of the agent scraped to the end.
     assert period == _exact_period(client, "skewed", end) and period < end / ((end - 1) // 900 + 0.5)
+
+
+@pytest.mark.parametrize("text", ["1e19", "-9223372036854775808", "-9223372036854775807", "-1"])
+def test_a_round_number_outside_the_arrays_range_is_kept_as_read(text: str) -> None:
+    """The rounds are held in arrays of 64-bit integers; a number outside them, or equal to the
+    values that mark a window without a round, is still the round its results belong to."""
+    target = {"instance": "10.0.0.1:9845", "job": "clusterhealth"}
+    times = [1000.0, 1225.0]
+    reduced = pairwise.reduce_series(
+        "fabric",
+        node_info=[{"metric": {**target, "node": "h1"}}],
+        rounds=[{"metric": {**target, "probe": "fabric"}, "values": [[t, text] for t in times]}],
+        bandwidth=[
+            {"metric": {**target, "probe": "fabric", "peer": "h2"}, "values": [[t, "1e9"] for t in times]}
+        ],
+        peer_success=[],
+    )
+    (report,) = reduced.reports
+    assert (report.round, report.node, report.peer, report.bandwidth) == (int(float(text)), "h1", "h2", 1e9)
+    assert (report.first_seen, report.last_seen) == (1000.0, 1225.0)
