@@ -107,7 +107,8 @@ class Prometheus:
     seconds_decoding: float = 0.0  # decoding the JSON
     # Range queries in flight at once (`query_ranges`): the time of a read is then Prometheus's or
     # the reader's, whichever is longer, rather than their sum, and a Prometheus with cores to
-    # spare evaluates them side by side. The seconds above are then summed over the requests.
+    # spare evaluates them side by side. seconds_waiting is then summed over the requests in
+    # flight (it may exceed the wall time); the answers are decoded one at a time, in turn.
     parallel: int = 4
     _counting: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _left_edge: bool | None = field(default=None, repr=False)  # holds_left_edge's answer, once asked
@@ -183,32 +184,38 @@ class Prometheus:
     def _get(self, path: str, params: dict[str, str], key: str = "result") -> list[dict[str, Any]]:
         return self._answer(self._fetch(path, params), key)
 
-    def _fetch(self, path: str, params: dict[str, str]) -> Any:
-        """One request's decoded JSON (any thread); NoVerdict when there is none."""
+    def _fetch(self, path: str, params: dict[str, str]) -> bytes:
+        """One request's answer, undecoded (any thread); NoVerdict when there is none."""
         url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode({**params, **WHOLE_ANSWER})
         began = time.perf_counter()
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body = response.read()
+                body: bytes = response.read()
         except urllib.error.HTTPError as err:
             raise NoVerdict(f"Prometheus at {self.url} answered {err.code}: {_api_error(err)}") from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
             raise NoVerdict(f"cannot reach Prometheus at {self.url}: {reason}") from None
-        decoding = time.perf_counter()
+        with self._counting:
+            self.requests += 1
+            self.bytes_read += len(body)
+            self.seconds_waiting += time.perf_counter() - began
+        return body
+
+    def _decode(self, body: bytes) -> Any:
+        """An answer's JSON, decoded in the reader's thread when its turn comes: the answers
+        waiting their turn are held as bytes, several times smaller than their Python objects."""
+        began = time.perf_counter()
         try:
             return json.loads(body)
         except ValueError:
             raise NoVerdict(f"{self.url} did not answer as Prometheus's HTTP API does (not JSON)") from None
         finally:
-            with self._counting:
-                self.requests += 1
-                self.bytes_read += len(body)
-                self.seconds_waiting += decoding - began
-                self.seconds_decoding += time.perf_counter() - decoding
+            self.seconds_decoding += time.perf_counter() - began
 
-    def _answer(self, document: Any, key: str = "result") -> list[dict[str, Any]]:
-        """A decoded answer's result list, its warnings recorded (in the reader's thread)."""
+    def _answer(self, body: bytes, key: str = "result") -> list[dict[str, Any]]:
+        """An answer's result list, its warnings recorded (in the reader's thread)."""
+        document = self._decode(body)
         if not isinstance(document, dict) or document.get("status") != "success":
             raise NoVerdict(f"Prometheus at {self.url} answered an error: {document!r:.200}")
         warnings = document.get("warnings")
