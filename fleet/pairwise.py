@@ -44,12 +44,14 @@ results that cannot be tied to a node or a round. Without ``allow_partial`` it i
 
 from __future__ import annotations
 
+import array
 import dataclasses
+import itertools
 import math
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,18 +233,11 @@ def read_history(
     mark = prometheus.mark()
     selector = f"[{math.ceil(window)}s]"
     with no_collection_pauses():
+        discovered = probe is None
         if probe is None:
-            found = prometheus.query(f"count by (probe) (last_over_time({ROUND}{selector}))", end)
-            names = sorted({s.get("metric", {}).get("probe", "") for s in found} - {""})
-            if not names:
-                raise NoVerdict(f"no pairwise probe results ({ROUND}) in Prometheus over the window")
-            if len(names) > 1:
-                raise NoVerdict(
-                    f"several pairwise probe groups ({', '.join(names)}): choose one with --probe"
-                )
-            probe = names[0]
+            probe = _only_probe(prometheus, selector, end, window)
         match = f'probe="{probe}"'
-        period = _period(prometheus, probe, match, selector, end, window)
+        period = _period(prometheus, probe, match, selector, end, window, discovered)
         step = max(step if step is not None else window_width(period), 0.001)
         windows = Windows(end, step, max(int(window // step), 1), prometheus.holds_left_edge(end))
         w = windows.selector
@@ -261,17 +256,29 @@ def read_history(
         node_info = prometheus.series(NODE_INFO, end - window, end)
         if len(node_info) != len({target_of(s.get("metric", {}), ("node",)) for s in node_info}):
             node_info = windows.read(prometheus, f"last_over_time({NODE_INFO}{w})")
-        reduced = reduce_series(
-            probe,
-            node_info=node_info,
-            rounds=windows.read(prometheus, f"max_over_time({rounds}) == min_over_time({rounds})"),
-            bandwidth=windows.read(prometheus, f"last_over_time({bandwidth})", few_rounds),
-            # Only the runs that did not meet their expectation: the analysis judges a measured
-            # meeting by its bandwidth, and one that measured nothing by peer_success.
-            peer_success=windows.read(prometheus, f"last_over_time({success}) == 0", few_rounds),
-            expected=prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end),
-        )
-        if not reduced.reports and not reduced.problems and not prometheus.partial_since(mark):
+        # One stream of queries, the rounds first (a result is tied to the round of its window),
+        # each answer reduced as it comes and dropped: a day of a large group is never held whole.
+        # The rounds too are asked a few rounds at a time: every node's round in every window of a
+        # day in one answer is a gigabyte of Python objects at sixteen thousand nodes.
+        asked = [
+            ("rounds", q)
+            for q in windows.queries(f"max_over_time({rounds}) == min_over_time({rounds})", few_rounds)
+        ]
+        asked += [("bandwidth", q) for q in windows.queries(f"last_over_time({bandwidth})", few_rounds)]
+        # Only the runs that did not meet their expectation: the analysis judges a measured
+        # meeting by its bandwidth, and one that measured nothing by peer_success.
+        asked += [("success", q) for q in windows.queries(f"last_over_time({success}) == 0", few_rounds)]
+        reducer = Reducer(probe, node_info)
+        answers = prometheus.query_ranges(q for _, q in asked)
+        for (family, _), answer in zip(asked, answers, strict=True):
+            if family == "rounds":
+                reducer.rounds(answer)
+            else:
+                reducer.results(answer, 0 if family == "bandwidth" else 1)
+            del answer
+        expected = reducer.expected(prometheus.query(f"last_over_time({EXPECTED}{{{match}}}{selector})", end))
+        meetings = analysis.merge(reducer.reports(drain=True))
+        if not reducer.reported and not reducer.untied and not prometheus.partial_since(mark):
             raise NoVerdict(f"no pairwise results of probe {probe} in Prometheus over the window")
         history = History(
             probe=probe,
@@ -279,12 +286,12 @@ def read_history(
             window=window,
             period=period,
             step=step,
-            meetings=analysis.merge(reduced.reports),
-            nodes=reduced.nodes,
-            expected=reduced.expected,
+            meetings=meetings,
+            nodes=reducer.nodes(),
+            expected=expected,
             jobs=None,
             warnings=[],
-            untied=reduced.problems,
+            untied=reducer.problems(),
             node_info=node_info,
         )
         history.placement = _placement(prometheus, history)
@@ -401,8 +408,36 @@ def _jobs(prometheus: Prometheus, history: History) -> dict[str, list[cost.Job]]
     return jobs
 
 
+def _only_probe(prometheus: Prometheus, selector: str, end: float, window: float) -> str:
+    """The name of the only group with results in the window; NoVerdict when there are none or several.
+
+    The names come from the index (no sample read): a superset, which may hold a group whose
+    last results came just before the window. Only when it holds several is the exact answer
+    asked, which reads every round number of the window."""
+    names = sorted(set(prometheus.label_values("probe", ROUND, end - window, end)) - {""})
+    if len(names) > 1:
+        found = prometheus.query(f"count by (probe) (last_over_time({ROUND}{selector}))", end)
+        names = sorted({s.get("metric", {}).get("probe", "") for s in found} - {""})
+    if not names:
+        raise NoVerdict(NO_GROUP)
+    if len(names) > 1:
+        raise NoVerdict(f"several pairwise probe groups ({', '.join(names)}): choose one with --probe")
+    return names[0]
+
+
+NO_GROUP = f"no pairwise probe results ({ROUND}) in Prometheus over the window"
+# Every agent of a live group has exported its round within this much of the window's end.
+RECENT_SECONDS = 300
+
+
 def _period(
-    prometheus: Prometheus, probe: str, match: str, selector: str, end: float, window: float
+    prometheus: Prometheus,
+    probe: str,
+    match: str,
+    selector: str,
+    end: float,
+    window: float,
+    discovered: bool = False,
 ) -> float:
     """The group's round period, in seconds.
 
@@ -410,15 +445,38 @@ def _period(
     number and the time give the period to well under a second. Should the numbers not follow
     that rule, the number of round changes in the window gives an upper bound.
     """
-    latest = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
-    values = [float(s["value"][1]) for s in latest if "value" in s]
-    if not values:
-        raise NoVerdict(f"no results of probe {probe} ({ROUND}) in Prometheus over the window")
-    if values[0] >= 1 and end / (values[0] + 0.5) <= window:
-        return end / (values[0] + 0.5)
+    latest = _latest_round(prometheus, match, selector, end, window)
+    if latest is None:
+        # As the question "which group?" answers when the index named one with no result in the window.
+        raise NoVerdict(
+            NO_GROUP if discovered else f"no results of probe {probe} ({ROUND}) in Prometheus over the window"
+        )
+    if latest >= 1 and end / (latest + 0.5) <= window:
+        return end / (latest + 0.5)
     changes = prometheus.query(f"max(changes({ROUND}{{{match}}}{selector}))", end)
     counted = [float(s["value"][1]) for s in changes if "value" in s]
     return window / (max(counted, default=0.0) + 1)
+
+
+def _latest_round(
+    prometheus: Prometheus, match: str, selector: str, end: float, window: float
+) -> float | None:
+    """The highest of the group's last round numbers in the window (each node's last); None without any.
+
+    Read from the window's last ``RECENT_SECONDS`` when every round series of the window has a
+    sample there (each one's last sample of the window is then among them): a few samples a node
+    instead of the whole window's. The series of the window are listed from the index, a superset:
+    as many answering as listed is all of them. Otherwise, or on a value that is not a number, the
+    whole window is read."""
+    recent = f"[{math.ceil(min(RECENT_SECONDS, window))}s]"
+    listed = prometheus.series(f"{ROUND}{{{match}}}", end - window, end)
+    found = prometheus.query(f"last_over_time({ROUND}{{{match}}}{recent})", end)
+    values = [number(s["value"][1]) for s in found if "value" in s]
+    if found and len(found) >= len(listed) and None not in values:
+        return max(v for v in values if v is not None)
+    whole = prometheus.query(f"max(last_over_time({ROUND}{{{match}}}{selector}))", end)
+    maxima = [float(s["value"][1]) for s in whole if "value" in s]
+    return maxima[0] if maxima else None
 
 
 # --- from Prometheus's answers to reports -------------------------------------------------------
@@ -454,104 +512,168 @@ def reduce_series(
     (the round changed within it) it is left out, as the windows next to it hold it. Whatever
     cannot be tied to a node or a round is named in ``problems``.
     """
-    names: dict[Target, str] = {}
-    named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
-    for series in node_info:
-        labels = series.get("metric", {})
-        node = labels.get("node")
-        if not node:
-            continue
-        target = target_of(labels, ("node",))
-        if "values" in series:
-            at = named_at.setdefault(target, {})
-            for t, _ in points(series):
-                at[t] = node if at.get(t, node) == node else None
-        else:
-            names[target] = node
+    reducer = Reducer(probe, node_info)
+    reducer.rounds(rounds)
+    reducer.results(bandwidth, 0)
+    reducer.results(peer_success, 1)
+    return reducer.reduced(expected)
 
-    # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
-    # wrote them (a time, a text), and only what is kept is converted.
-    round_at: dict[Target, dict[Any, int]] = {}
-    as_round: dict[Any, int | None] = {}
-    for series in rounds:
-        labels = series.get("metric", {})
-        if labels.get("probe") != probe:
-            continue
-        steps = round_at.setdefault(target_of(labels, ("probe",)), {})
-        for pair in series.get("values", ()):
-            try:
-                t, text = pair[0], pair[1]
-                r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
-                if r is not None:
-                    steps[t] = r
-            except (TypeError, IndexError, KeyError):
+
+class Reducer:
+    """`reduce_series` an answer at a time: the names first, then every answer of the rounds, then
+    the results' (bandwidth before peer_success, each in the order Prometheus answered them)."""
+
+    def __init__(self, probe: str, node_info: Sequence[Mapping[str, Any]]) -> None:
+        self.probe = probe
+        self.names: dict[Target, str] = {}
+        self.named_at: dict[Target, dict[float, str | None]] = {}  # per window; None: two names in it
+        for series in node_info:
+            labels = series.get("metric", {})
+            node = labels.get("node")
+            if not node:
                 continue
+            target = target_of(labels, ("node",))
+            if "values" in series:
+                at = self.named_at.setdefault(target, {})
+                for t, _ in points(series):
+                    at[t] = node if at.get(t, node) == node else None
+            else:
+                self.names[target] = node
+        # Per target, its round in each window, by the window's index (``_window``): a day of
+        # sixteen thousand nodes is six million of them, eight bytes each in an array; a round
+        # too large for one is kept in ``_huge``.
+        self.round_at: dict[Target, array.array[int]] = {}
+        self._huge: dict[tuple[Target, int], int] = {}
+        self._window: dict[Any, int] = {}  # a window's time, as Prometheus wrote it: its index
+        self._at: list[Any] = []  # each index's time (one object for every series' points)
+        self._as_round: dict[Any, int | None] = {}
+        self._peers: dict[str, str] = {}
+        self.found: dict[tuple[int, str, str], list[Any]] = {}
+        self.reported = 0  # reports given
+        self.untied: dict[Target, str] = {}
 
-    found: dict[tuple[int, str, str], list[Any]] = {}
-    untied: dict[Target, str] = {}
+    def rounds(self, answer: Sequence[Mapping[str, Any]]) -> None:
+        """Per target, the round in each window in which it did not change."""
+        # A day of a thousand nodes is a million and a half points: they are taken as Prometheus
+        # wrote them (a time, a text), and only what is kept is converted.
+        as_round, window, times, huge = self._as_round, self._window, self._at, self._huge
+        for series in answer:
+            labels = series.get("metric", {})
+            if labels.get("probe") != self.probe:
+                continue
+            target = target_of(labels, ("probe",))
+            steps = self.round_at.get(target)
+            if steps is None:
+                steps = self.round_at[target] = array.array("q", [_NO_ROUND]) * len(times)
+            for pair in series.get("values", ()):
+                try:
+                    t, text = pair[0], pair[1]
+                    r = as_round[text] if text in as_round else as_round.setdefault(text, _whole(text))
+                    if r is None:
+                        continue
+                    i = window.get(t)
+                except (TypeError, IndexError, KeyError):
+                    continue
+                if i is None:
+                    i = window[t] = len(times)
+                    times.append(t)
+                if i >= len(steps):
+                    steps.extend(itertools.repeat(_NO_ROUND, i + 1 - len(steps)))
+                if _NO_ROUND < r < 2**63 and r != _HUGE:
+                    steps[i] = r
+                else:
+                    steps[i] = _HUGE
+                    huge[(target, i)] = r
 
-    def add(series: Mapping[str, Any], slot: int) -> None:
+    def results(self, answer: Sequence[Mapping[str, Any]], slot: int) -> None:
+        """Per target and partner, the last result in each window: bandwidth (slot 0) or
+        peer_success (slot 1)."""
+        for series in answer:
+            self._add(series, slot)
+
+    def _add(self, series: Mapping[str, Any], slot: int) -> None:
         labels = series.get("metric", {})
-        if labels.get("probe") != probe:
+        if labels.get("probe") != self.probe:
             return
         peer = labels.get("peer", "")
         if not peer:
             return  # a node-local probe of the same name: not a meeting
+        peer = self._peers.setdefault(peer, peer)
         target = target_of(labels, ("probe", "peer"))
+        names, named_at = self.names, self.named_at
         if target not in names and target not in named_at:
-            untied[target] = f"{show_target(target)} exports {probe} results but no {NODE_INFO}"
+            self.untied[target] = f"{show_target(target)} exports {self.probe} results but no {NODE_INFO}"
             return
-        steps = round_at.get(target)
+        steps = self.round_at.get(target)
         if steps is None:
-            untied[target] = f"{show_target(target)} exports {probe} results without {ROUND}"
+            self.untied[target] = f"{show_target(target)} exports {self.probe} results without {ROUND}"
             return
         fixed, at = names.get(target), named_at.get(target)
+        found, window, times, size = self.found, self._window, self._at, len(steps)
         for pair in series.get("values", ()):
             try:
                 t, text = pair[0], pair[1]
-                r = steps.get(t)
+                i = window.get(t)
             except (TypeError, IndexError, KeyError):
                 continue
+            if i is None or i >= size or steps[i] == _NO_ROUND:
+                continue  # the round changed in this window (or none was read)
+            r = steps[i] if steps[i] != _HUGE else self._huge[(target, i)]
             node = fixed if at is None else at.get(t)
-            if r is None or node is None:
-                continue  # the round (or the name) changed in this window
+            if node is None:
+                continue  # the name changed in this window
+            t = times[i]
             key = (r, node, peer)
             entry = found.get(key)
             if entry is None:
-                found[key] = [None, None, t, t]
-                entry = found[key]
+                entry = found[key] = [None, None, t, t]
             entry[slot] = text
             entry[3] = t  # Prometheus answers in time order; success after bandwidth, same times
 
-    for series in bandwidth:
-        add(series, 0)
-    for series in peer_success:
-        add(series, 1)
+    def reduced(self, expected: Sequence[Mapping[str, Any]] = ()) -> Reduced:
+        """The reports of what was taken, and the agents' expectation (``expected``)."""
+        return Reduced(list(self.reports()), self.nodes(), self.expected(expected), self.problems())
 
-    reports = []
-    for (r, node, peer), (bw_text, ok_text, first, last) in found.items():
-        bw, ok = number(bw_text), number(ok_text)
-        bandwidth_value = bw if bw is not None and bw > 0 else None
-        success = None if ok is None else ok >= 0.5
-        seen, until = number(first), number(last)
-        if seen is None or until is None:
-            continue
-        reports.append(Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until)))
-    exporting = {names[t] for t in round_at if t in names}
-    exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
-    expectations = [
-        v
-        for series in expected
-        if series.get("metric", {}).get("probe") == probe
-        for _, v in points(series)[-1:]
-        if math.isfinite(v) and v > 0
-    ]
-    return Reduced(
-        reports,
-        exporting,
-        statistics.median(expectations) if expectations else None,
-        sorted(untied.values()),
-    )
+    def reports(self, drain: bool = False) -> Iterator[Report]:
+        """A report per node, partner and round taken; ``drain``: each taken out as it is given
+        (in no order: `analysis.merge` sorts), so that a day's reports are never all held."""
+        found = self.found
+        entries = (found.popitem() for _ in range(len(found))) if drain else iter(list(found.items()))
+        for (r, node, peer), (bw_text, ok_text, first, last) in entries:
+            bw, ok = number(bw_text), number(ok_text)
+            bandwidth_value = bw if bw is not None and bw > 0 else None
+            success = None if ok is None else ok >= 0.5
+            seen, until = number(first), number(last)
+            if seen is None or until is None:
+                continue
+            self.reported += 1
+            yield Report(r, node, peer, bandwidth_value, success, min(seen, until), max(seen, until))
+
+    def nodes(self) -> set[str]:
+        """The names of the nodes whose agents export the group's rounds."""
+        names, named_at, round_at = self.names, self.named_at, self.round_at
+        exporting = {names[t] for t in round_at if t in names}
+        exporting |= {n for t in round_at for n in named_at.get(t, {}).values() if n is not None}
+        return exporting
+
+    def expected(self, expected: Sequence[Mapping[str, Any]]) -> float | None:
+        """The median of the agents' expectations (the answer of their query), if any."""
+        expectations = [
+            v
+            for series in expected
+            if series.get("metric", {}).get("probe") == self.probe
+            for _, v in points(series)[-1:]
+            if math.isfinite(v) and v > 0
+        ]
+        return statistics.median(expectations) if expectations else None
+
+    def problems(self) -> list[str]:
+        """The results that could not be tied to a node or a round, and why."""
+        return sorted(self.untied.values())
+
+
+# Array values that are not a round: none in that window, or one too large (kept apart).
+_NO_ROUND, _HUGE = -(2**63), -(2**63) + 1
 
 
 def _whole(text: Any) -> int | None:

@@ -22,18 +22,24 @@ scraped inside its window, whichever store answers.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import gc
 import json
 import math
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# A range query: (promql, start, end, step).
+Query = tuple[str, float, float, float]
 
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
@@ -99,6 +105,12 @@ class Prometheus:
     bytes_read: int = 0
     seconds_waiting: float = 0.0  # for Prometheus's answers (evaluating, encoding, sending)
     seconds_decoding: float = 0.0  # decoding the JSON
+    # Range queries in flight at once (`query_ranges`): the time of a read is then Prometheus's or
+    # the reader's, whichever is longer, rather than their sum, and a Prometheus with cores to
+    # spare evaluates them side by side. seconds_waiting is then summed over the requests in
+    # flight (it may exceed the wall time); the answers are decoded one at a time, in turn.
+    parallel: int = 4
+    _counting: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _left_edge: bool | None = field(default=None, repr=False)  # holds_left_edge's answer, once asked
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
@@ -115,6 +127,13 @@ class Prometheus:
         each as ``{"metric": labels}`` like a query's result."""
         params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         return [{"metric": labels} for labels in self._get("/api/v1/series", params, "data")]
+
+    def label_values(self, name: str, match: str, start: float, end: float) -> list[str]:
+        """The values of label ``name`` on the series ``match`` selects that have samples between
+        start and end, from the index (no sample is read): Prometheus and VictoriaMetrics answer
+        those of every block (Prometheus) or day (VictoriaMetrics) that overlaps, a superset."""
+        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        return [str(v) for v in self._get(f"/api/v1/label/{name}/values", params, "data")]
 
     def holds_left_edge(self, at: float) -> bool:
         """Whether the store's range selector ``[w]`` at ``t`` holds a sample that lies exactly at
@@ -135,27 +154,68 @@ class Prometheus:
             f"Prometheus answered with partial data: {text}" for text in dict.fromkeys(self.warnings[mark:])
         ]
 
+    def query_ranges(self, asked: Iterable[Query]) -> Iterator[list[dict[str, Any]]]:
+        """Range queries' ``result`` lists, in the order asked: up to ``parallel`` of them in flight
+        at once, so that Prometheus evaluates the next while the last answer is decoded and used.
+        Each answer is taken (its warnings recorded) when its turn comes, so that what a reader
+        sees does not depend on which answer came first, and only the answers ahead of the reader
+        are held."""
+        requests = (
+            ("/api/v1/query_range", {"query": q, "start": f"{a:.3f}", "end": f"{b:.3f}", "step": f"{c:.3f}"})
+            for q, a, b, c in asked
+        )
+        if self.parallel <= 1:
+            for path, params in requests:
+                yield self._get(path, params)
+            return
+        with concurrent.futures.ThreadPoolExecutor(self.parallel, thread_name_prefix="prometheus") as pool:
+            ahead: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+            try:
+                for path, params in requests:
+                    ahead.append(pool.submit(self._fetch, path, params))
+                    if len(ahead) > self.parallel:
+                        yield self._answer(ahead.popleft().result())
+                while ahead:
+                    yield self._answer(ahead.popleft().result())
+            finally:
+                for future in ahead:
+                    future.cancel()
+
     def _get(self, path: str, params: dict[str, str], key: str = "result") -> list[dict[str, Any]]:
+        return self._answer(self._fetch(path, params), key)
+
+    def _fetch(self, path: str, params: dict[str, str]) -> bytes:
+        """One request's answer, undecoded (any thread); NoVerdict when there is none."""
         url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode({**params, **WHOLE_ANSWER})
         began = time.perf_counter()
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body = response.read()
+                body: bytes = response.read()
         except urllib.error.HTTPError as err:
             raise NoVerdict(f"Prometheus at {self.url} answered {err.code}: {_api_error(err)}") from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
             raise NoVerdict(f"cannot reach Prometheus at {self.url}: {reason}") from None
-        decoding = time.perf_counter()
+        with self._counting:
+            self.requests += 1
+            self.bytes_read += len(body)
+            self.seconds_waiting += time.perf_counter() - began
+        return body
+
+    def _decode(self, body: bytes) -> Any:
+        """An answer's JSON, decoded in the reader's thread when its turn comes: the answers
+        waiting their turn are held as bytes, several times smaller than their Python objects."""
+        began = time.perf_counter()
         try:
-            document = json.loads(body)
+            return json.loads(body)
         except ValueError:
             raise NoVerdict(f"{self.url} did not answer as Prometheus's HTTP API does (not JSON)") from None
         finally:
-            self.requests += 1
-            self.bytes_read += len(body)
-            self.seconds_waiting += decoding - began
-            self.seconds_decoding += time.perf_counter() - decoding
+            self.seconds_decoding += time.perf_counter() - began
+
+    def _answer(self, body: bytes, key: str = "result") -> list[dict[str, Any]]:
+        """An answer's result list, its warnings recorded (in the reader's thread)."""
+        document = self._decode(body)
         if not isinstance(document, dict) or document.get("status") != "success":
             raise NoVerdict(f"Prometheus at {self.url} answered an error: {document!r:.200}")
         warnings = document.get("warnings")
@@ -199,7 +259,21 @@ class Windows:
         self, prometheus: Prometheus, promql: str, per_query: int = MAX_POINTS - 1
     ) -> list[dict[str, Any]]:
         """A range query evaluated at each window's end, in queries of at most ``per_query``
-        windows (and under Prometheus's limit of points).
+        windows (and under Prometheus's limit of points): the answers of `each`, joined.
+
+        A series asked in two queries comes back twice, each with its points of that query: the
+        readers take points one by one, so the parts need no joining."""
+        return [series for part in self.each(prometheus, promql, per_query) for series in part]
+
+    def each(
+        self, prometheus: Prometheus, promql: str, per_query: int = MAX_POINTS - 1
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Each query's answer of `read`, in order, as it comes (a reader that is done with an
+        answer before taking the next holds one at a time)."""
+        return prometheus.query_ranges(self.queries(promql, per_query))
+
+    def queries(self, promql: str, per_query: int = MAX_POINTS - 1) -> Iterator[Query]:
+        """The range queries of `read`: (promql, start, end, step).
 
         The steps are computed in whole milliseconds from the same origin for every query, so
         that the samples of two queries at one window carry the same timestamp. Windows narrower
@@ -208,9 +282,6 @@ class Windows:
         end_ms, width_ms = round(self.end * 1000), max(round(self.width * 1000), 1)
         stride = -(-UNADJUSTED_STEP_MS // width_ms)
         chunk = max(1, min(per_query, MAX_POINTS - 1))
-        # A series asked in two queries comes back twice, each with its points of that query: the
-        # readers take points one by one, so the parts need no joining.
-        parts: list[dict[str, Any]] = []
         for first in range(0, self.count, chunk):
             last = min(first + chunk, self.count) - 1
             for lead in range(first, min(first + stride, last + 1)):
@@ -218,8 +289,7 @@ class Windows:
                 # Window i (0 = the oldest) ends at end - (count - 1 - i) * width.
                 start = (end_ms - (self.count - 1 - lead) * width_ms) / 1000
                 stop = (end_ms - (self.count - 1 - tail) * width_ms) / 1000
-                parts += prometheus.query_range(promql, start, stop, stride * width_ms / 1000)
-        return parts
+                yield promql, start, stop, stride * width_ms / 1000
 
 
 Target = tuple[tuple[str, str], ...]  # a scrape target's labels (instance, job, ...), sorted
