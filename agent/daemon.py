@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
+import os
 import resource
+import select
 import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,8 +76,14 @@ class Agent:
         self.exposition = Exposition(lambda: self.collectors.active, lambda: self.config.node_name)
         # Render on the sampler's thread right after each snapshot, so no scrape waits for it.
         self.collectors = Collectors(self.node, self.exposition.refresh)
-        self._stop = threading.Event()
-        self._reload = threading.Event()
+        # What the signal handlers ask, as plain flags, and a pipe that wakes the main loop: a
+        # handler runs in the main thread between any two bytecodes, so it must take no lock (an
+        # Event's set() does: a SIGTERM arriving inside a SIGHUP handler's set() deadlocked).
+        self._stopping = False
+        self._reloading = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self.server = Server(
             config.listen,
             self.exposition,
@@ -110,12 +118,15 @@ class Agent:
         host, port = self.server.address[:2]
         log.info("serving /metrics and /healthz on %s:%d", host, port)
         notifier.notify("READY=1")
-        while not self._stop.is_set():
-            # The signal handlers set it; the timeout is a safety net and the watchdog's beat.
-            self._reload.wait(notifier.wait_seconds(5))
+        while not self._stopping:
+            # The signal handlers wake it; the timeout is a safety net and the watchdog's beat.
+            select.select([self._wake_r], [], [], notifier.wait_seconds(5))
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_r, 512):
+                    pass
             notifier.watchdog()
-            if self._reload.is_set():
-                self._reload.clear()
+            if self._reloading and not self._stopping:
+                self._reloading = False
                 self.reload()
         log.info("shutting down")
         notifier.notify("STOPPING=1")
@@ -125,17 +136,25 @@ class Agent:
         runner.stop_all()
         self.collectors.stop()
         self.node.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         return 0
 
     def stop(self) -> None:
-        self._stop.set()
-        self._reload.set()
+        self._stopping = True
+        self._wake()
+
+    def _wake(self) -> None:
+        # A full pipe already holds a wake-up; a closed one, the end of run().
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop()
 
     def _on_reload(self, signum: int, frame: FrameType | None) -> None:
-        self._reload.set()
+        self._reloading = True
+        self._wake()
 
     def _apply(self, config: configuration.Config) -> None:
         self.node.sync_xid_watcher(config)
@@ -143,7 +162,7 @@ class Agent:
 
     def reload(self) -> bool:
         """Apply the config file again; a bad file is reported and the running config kept."""
-        if self._stop.is_set():
+        if self._stopping:
             return False
         try:
             new = configuration.load(self.config_path, self.overrides)

@@ -411,6 +411,41 @@ def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+def _thread_names(pid: int) -> list[str]:
+    names = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/{pid}/task/{task}/comm").read_text().strip())
+    return sorted(names)
+
+
+def test_a_sigterm_amid_a_storm_of_sighups_stops_the_agent(
+    agent_process: AgentFactory, write_scenario: Callable[..., Path], empty_node: dict[str, str]
+) -> None:
+    """A signal handler runs between any two bytecodes of the main thread, inside another handler
+    too: one that takes a lock (an Event's set()) deadlocked when SIGTERM came inside a SIGHUP's,
+    and the agent never stopped (systemd would kill it after TimeoutStopSec)."""
+    for _ in range(3):
+        agent = agent_process(
+            "--simulate",
+            str(write_scenario(scenario())),
+            "--sysfs-root",
+            empty_node["paths.sysfs"],
+            "--kmsg-path",
+            empty_node["paths.kmsg"],
+        )
+        agent.wait_for(
+            lambda agent=agent: agent.health()["collectors"]["gpu"]["success"], what="the gpu collector"
+        )
+        for n in range(400):
+            agent.signal(signal.SIGTERM if n == 200 else signal.SIGHUP)
+        try:
+            code = agent.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the agent did not stop within 20 s of SIGTERM:\n{agent.log()}") from None
+        assert code == 0, agent.log()
+
+
 def test_fifty_sighups_in_a_row_leak_no_thread_or_fd(
     agent_process: AgentFactory,
     write_scenario: Callable[..., Path],
@@ -445,7 +480,11 @@ def test_fifty_sighups_in_a_row_leak_no_thread_or_fd(
         lambda: all(c["success"] for c in agent.health()["collectors"].values()), what="every collector again"
     )
     # A scrape's connection thread may still be closing: a leak is what stays.
-    agent.wait_for(lambda: _threads(pid) <= threads and _fds(pid) <= fds, timeout=10, what="no leak")
+    try:
+        agent.wait_for(lambda: _threads(pid) <= threads and _fds(pid) <= fds, timeout=10, what="no leak")
+    except AssertionError as error:
+        left = f"threads {threads} -> {_threads(pid)} {_thread_names(pid)}, fds {fds} -> {_fds(pid)}"
+        raise AssertionError(f"{left}\n{error}") from None
     assert agent.proc.poll() is None
 
 
