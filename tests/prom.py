@@ -50,6 +50,47 @@ def free_ports(count: int) -> list[int]:
         return [int(s.getsockname()[1]) for s in sockets]
 
 
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` on a free loopback port, in a thread of its own, for the block: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
+
+
+def flagging_partial(
+    upstream: str, asked: list[dict[str, list[str]]] | None = None
+) -> contextlib.AbstractContextManager[str]:
+    """A proxy to the store at ``upstream`` that says every answer is partial, as a cluster store
+    does (``"isPartial": true`` beside the data, no ``warnings``), recording each query's
+    parameters in ``asked``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if asked is not None:
+                asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
+            with urllib.request.urlopen(upstream + self.path, timeout=60) as response:
+                document = json.loads(response.read())
+            document["isPartial"] = True
+            body = json.dumps(document).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return serving(Handler)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, log: Callable[[], str] = str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,6 +111,7 @@ class _Server:
 
     name = ""
     package = ""
+    ready_path = "/-/ready"  # answers 200 once it serves
 
     def __init__(self, tmp: Path):
         self.tmp = tmp
@@ -91,7 +133,7 @@ class _Server:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
-        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+        with urllib.request.urlopen(self.url + self.ready_path, timeout=2) as response:
             return bool(response.status == 200)
 
     def log(self) -> str:
@@ -293,6 +335,7 @@ class VictoriaMetrics(_Server):
 
     name = "victoria-metrics"
     package = "victoria-metrics"
+    ready_path = "/health"
 
     def __init__(self, tmp: Path, scrape_configs: list[dict[str, Any]] = (), flags: list[str] = ()):  # type: ignore[assignment]
         super().__init__(tmp)
@@ -317,13 +360,6 @@ class VictoriaMetrics(_Server):
     def __enter__(self) -> VictoriaMetrics:
         self.start()
         return self
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
-        with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-            return bool(response.status == 200)
 
     def import_text(self, text: str) -> None:
         """Samples in the Prometheus text or OpenMetrics format, with their timestamps
@@ -350,6 +386,7 @@ class VMAlert(_Server):
 
     name = "vmalert"
     package = "victoria-metrics"
+    ready_path = "/health"
 
     def __init__(
         self,
@@ -381,13 +418,6 @@ class VMAlert(_Server):
     def __enter__(self) -> VMAlert:
         self.start()
         return self
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
-        with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-            return bool(response.status == 200)
 
     def groups(self) -> list[dict[str, Any]]:
         """The groups and their rules as vmalert holds them (/api/v1/rules), with each rule's

@@ -28,11 +28,9 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -61,6 +59,7 @@ from tests.fabric_store import (
     tool,
     tree_names,
 )
+from tests.prom import flagging_partial
 
 
 @pytest.fixture(scope="module")
@@ -350,31 +349,8 @@ def test_a_partial_answer_to_the_jobs_query_alone_is_partial_data(servers: Serve
 def is_partial(servers: Servers) -> Iterator[str]:
     """The first Prometheus behind a proxy that says every answer is partial as VictoriaMetrics'
     cluster does: ``"isPartial": true`` beside the data, no ``warnings``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            with urllib.request.urlopen(servers.url + self.path, timeout=60) as response:
-                document = json.loads(response.read())
-            document["isPartial"] = True
-            body = json.dumps(document).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}"
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join(timeout=30)
+    with flagging_partial(servers.url) as url:
+        yield url
 
 
 def test_an_answer_flagged_is_partial_gives_no_confident_verdict(is_partial: str) -> None:

@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -47,7 +45,7 @@ from clusterhealth.fleet import pairwise
 from clusterhealth.fleet.prometheus import IS_PARTIAL, NoVerdict, Prometheus, Windows
 from tests.conftest import CLUSTERHEALTH
 from tests.fabric_store import LAST, PERIOD, _serve, tool, write_history
-from tests.prom import VictoriaMetrics, wait_for
+from tests.prom import VictoriaMetrics, flagging_partial, wait_for
 
 # Every group of the data, each with its own trap (tests/fabric_store.py).
 PROBES = [
@@ -265,32 +263,8 @@ def partial_victoria(stores: Stores) -> Iterator[tuple[str, list[dict[str, list[
     """VictoriaMetrics behind a proxy that says every answer is partial, as its cluster does
     (``"isPartial": true`` beside the data, no ``warnings``), and records what it was asked."""
     asked: list[dict[str, list[str]]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
-            with urllib.request.urlopen(stores.victoria + self.path, timeout=60) as response:
-                document = json.loads(response.read())
-            document["isPartial"] = True
-            body = json.dumps(document).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}", asked
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join(timeout=30)
+    with flagging_partial(stores.victoria, asked) as url:
+        yield url, asked
 
 
 def test_a_partial_answer_is_no_verdict_and_every_request_asks_for_a_whole_one(

@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from clusterhealth.fleet.pairwise import BANDWIDTH, EXPECTED, PEER_SUCCESS, ROUN
 from clusterhealth.fleet.prometheus import Prometheus, Windows, target_of
 
 from .fabric_store import Servers, _serve, tool
+from .prom import serving
 
 WINDOW = 7200.0
 GROUPS = (
@@ -124,15 +125,8 @@ def reversed_answers(servers: Servers) -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}"
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join(timeout=30)
+    with serving(Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("probe", GROUPS)
