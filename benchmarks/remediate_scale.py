@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -39,6 +39,9 @@ from clusterhealth.fleet.prometheus import Prometheus
 from clusterhealth.fleet.remediate.config import BudgetConfig, RemediateConfig
 from clusterhealth.fleet.remediate.memory import MemoryBackend
 from clusterhealth.fleet.remediate.reconcile import Remediator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fabric_scale import _start_prometheus  # a sibling script, not a package
 
 SCRAPE = 15.0
 HISTORY = 1500.0  # settle_seconds (900) + stale_seconds (180) and some
@@ -84,29 +87,14 @@ def _history(n: int, end: float) -> tuple[str, dict[str, str]]:
 
 
 def serve(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The Debian prometheus serving root/tsdb (as fabric_scale.py starts it), scraping nothing."""
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1):
-                return server, url
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("prometheus did not start")
+    server, url, _ = _start_prometheus(root)
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=1):
+            return server, url
+    except OSError:
+        raise SystemExit("prometheus did not start") from None
 
 
 @dataclass
